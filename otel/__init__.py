@@ -1,0 +1,1 @@
+"""OpenTelemetry adapter for sparkrun (built in a later step)."""

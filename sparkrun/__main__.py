@@ -1,0 +1,3 @@
+from sparkrun.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The ``sparkrun`` command line: click commands and terminal rendering."""

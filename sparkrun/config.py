@@ -1,0 +1,88 @@
+"""Where sparkrun keeps state and reads its configuration file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkrun.errors import ConfigError
+
+__all__ = ["Config", "default_config_path", "default_state_dir", "load_config"]
+
+
+def default_state_dir() -> Path:
+    """``SPARKRUN_STATE_DIR``, else ``$XDG_STATE_HOME/sparkrun``, else ``~/.local/state/sparkrun``."""
+    explicit = os.environ.get("SPARKRUN_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    return base / "sparkrun"
+
+
+def default_config_path() -> Path:
+    """``SPARKRUN_CONFIG``, else ``$XDG_CONFIG_HOME/sparkrun/config.yaml``."""
+    explicit = os.environ.get("SPARKRUN_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    return base / "sparkrun" / "config.yaml"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Resolved configuration: the state directory and the file's settings."""
+
+    state_dir: Path
+    path: Path | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A top-level setting of the configuration file."""
+        return self.values.get(key, default)
+
+
+def _read_yaml(path: Path) -> Mapping[str, Any]:
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"cannot read the configuration file (path={path}, {error.strerror})") from error
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "unknown line"
+        raise ConfigError(f"the configuration file is not valid YAML (path={path}, {where})") from error
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"the configuration file must hold a mapping (path={path}, found {type(loaded).__name__})")
+    return loaded
+
+
+def load_config(path: Path | str | None = None, *, state_dir: Path | str | None = None) -> Config:
+    """Read the configuration file (if it exists) and resolve the state directory.
+
+    Precedence for the state directory: the ``state_dir`` argument, then
+    ``SPARKRUN_STATE_DIR``, then ``state_dir`` in the file, then the XDG default.
+    A missing default file is fine; a missing file that was asked for is an error.
+    """
+    explicit = path is not None
+    config_path = Path(path).expanduser() if explicit else default_config_path()
+    if config_path.exists():
+        values = _read_yaml(config_path)
+    elif explicit:
+        raise ConfigError(f"the configuration file does not exist (path={config_path})")
+    else:
+        values, config_path = {}, None
+    if state_dir is not None:
+        resolved = Path(state_dir).expanduser()
+    elif os.environ.get("SPARKRUN_STATE_DIR") or "state_dir" not in values:
+        resolved = default_state_dir()
+    else:
+        resolved = Path(str(values["state_dir"])).expanduser()
+    return Config(state_dir=resolved, path=config_path, values=values)

@@ -1,0 +1,1 @@
+"""Core machinery: operations, envelopes, the logging bridge, the context."""

@@ -1,0 +1,309 @@
+"""Operations: one unit of user-visible work and the delivery of its events.
+
+An operation owns its id (also the OpenTelemetry trace id), its primary
+subscriber (``sctx.events``), its observers (advisory consumers such as the
+OpenTelemetry adapter or the daemon journal) and its cancellation flag.
+Delivery is synchronous and serialized per operation: subscribers see events
+one at a time, in the order they were produced, and an event produced from
+inside a subscriber callback is not delivered again.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar
+
+from sparkrun.core import log_bridge
+from sparkrun.core.envelope import check_text
+from sparkrun.errors import OperationCancelled
+
+if TYPE_CHECKING:
+    from sparkrun.core.context import SparkrunContext
+
+__all__ = [
+    "Operation",
+    "OperationInfo",
+    "OperationObserver",
+    "Outcome",
+    "Subscriber",
+    "add_observer",
+    "current_operation",
+    "new_operation_id",
+    "operation_scope",
+    "remove_observer",
+    "submit",
+]
+
+_log = logging.getLogger(__name__)
+
+Outcome = Literal["succeeded", "failed", "cancelled"]
+Subscriber = Callable[[dict[str, Any]], Any]
+OBSERVER_ENTRY_POINT_GROUP = "sparkrun.observers"
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+_current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar("sparkrun_operation", default=None)
+
+
+def new_operation_id() -> str:
+    """A random 128-bit id as 32 lowercase hex characters (never all zeros)."""
+    while True:
+        value = secrets.token_hex(16)
+        if value != "0" * 32:
+            return value
+
+
+@dataclass(frozen=True, slots=True)
+class OperationInfo:
+    """What observers learn about an operation when it starts."""
+
+    operation_id: str
+    name: str
+    started_at: float
+
+
+class OperationObserver(Protocol):
+    """An advisory consumer of every event of the operations it observes.
+
+    Observers run synchronously inside delivery and must return promptly; an
+    exception they raise is logged and never reaches the operation. Subclass
+    this protocol to inherit no-op defaults for the calls you do not need.
+    """
+
+    def operation_started(self, info: OperationInfo) -> None: ...
+
+    def on_event(self, info: OperationInfo, event: dict[str, Any]) -> None: ...
+
+    def operation_finished(self, info: OperationInfo, outcome: Outcome, error: BaseException | None) -> None: ...
+
+
+_process_observers: list[OperationObserver] = []
+_process_observers_lock = threading.Lock()
+_entry_points_loaded = False
+
+
+def add_observer(observer: OperationObserver) -> None:
+    """Observe every operation started from now on, process-wide."""
+    with _process_observers_lock:
+        if observer not in _process_observers:
+            _process_observers.append(observer)
+
+
+def remove_observer(observer: OperationObserver) -> None:
+    """Stop observing operations started from now on; unknown observers are ignored."""
+    with _process_observers_lock:
+        if observer in _process_observers:
+            _process_observers.remove(observer)
+
+
+def _load_entry_point_observers() -> None:
+    """Register observers advertised by installed distributions, once per process.
+
+    Each entry point names a zero-argument callable (usually a class) that
+    returns the observer.
+    """
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    for entry_point in entry_points(group=OBSERVER_ENTRY_POINT_GROUP):
+        try:
+            add_observer(entry_point.load()())
+        except Exception:
+            _log.warning("could not load operation observer %r", entry_point.value, exc_info=True)
+
+
+class Operation:
+    """The state of one operation. Create it through :func:`operation_scope`."""
+
+    __slots__ = (
+        "_cancel",
+        "_delivering",
+        "_lock",
+        "_observers",
+        "_subscriber",
+        "context",
+        "error",
+        "info",
+        "outcome",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        subscriber: Subscriber | None = None,
+        observers: Iterable[OperationObserver] = (),
+        context: SparkrunContext | None = None,
+    ) -> None:
+        self.info = OperationInfo(new_operation_id(), check_text("operation name", name), time.time())
+        self.context = context
+        self.outcome: Outcome | None = None
+        self.error: BaseException | None = None
+        self._subscriber = subscriber
+        self._observers = tuple(observers)
+        self._lock = threading.Lock()
+        self._delivering: int | None = None
+        self._cancel = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"<Operation {self.info.name} {self.info.operation_id} outcome={self.outcome}>"
+
+    @property
+    def operation_id(self) -> str:
+        return self.info.operation_id
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def has_subscribers(self) -> bool:
+        """Whether anything (primary subscriber or observer) receives this operation's events."""
+        return self._subscriber is not None or bool(self._observers)
+
+    # -- cancellation -------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Ask the operation's work to stop at its next cancellation check."""
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`OperationCancelled` if cancellation was requested."""
+        if self._cancel.is_set():
+            raise OperationCancelled(f"operation {self.info.name} ({self.info.operation_id}) was cancelled")
+
+    # -- delivery -----------------------------------------------------------------
+
+    def deliver(self, event: dict[str, Any]) -> bool:
+        """Hand ``event`` to the subscriber, then to each observer, one event at a time.
+
+        Returns ``False`` (and delivers nothing) when called from inside one of
+        this operation's own callbacks, which is how callback-generated
+        feedback is kept from being delivered recursively.
+        """
+        ident = threading.get_ident()
+        if self._delivering == ident:
+            return False
+        with self._lock:
+            self._delivering = ident
+            try:
+                subscriber = self._subscriber
+                if subscriber is not None:
+                    try:
+                        subscriber(event)
+                    except Exception:
+                        _log.exception("event subscriber of operation %s failed", self.info.operation_id)
+                for observer in self._observers:
+                    try:
+                        observer.on_event(self.info, event)
+                    except Exception:
+                        _log.exception("observer %r of operation %s failed", observer, self.info.operation_id)
+            finally:
+                self._delivering = None
+        return True
+
+    def _notify(self, call: Callable[[OperationObserver], object]) -> None:
+        with self._lock:
+            self._delivering = threading.get_ident()
+            try:
+                for observer in self._observers:
+                    try:
+                        call(observer)
+                    except Exception:
+                        _log.exception("observer %r of operation %s failed", observer, self.info.operation_id)
+            finally:
+                self._delivering = None
+
+    def _start(self) -> None:
+        self._notify(lambda observer: observer.operation_started(self.info))
+
+    def _finish(self, outcome: Outcome, error: BaseException | None) -> None:
+        self.outcome, self.error = outcome, error
+        self._notify(lambda observer: observer.operation_finished(self.info, outcome, error))
+
+
+def current_operation() -> Operation | None:
+    """The operation of the calling context, if any."""
+    return _current.get()
+
+
+def _outcome_of(error: BaseException) -> Outcome:
+    return "cancelled" if isinstance(error, (OperationCancelled, KeyboardInterrupt)) else "failed"
+
+
+@contextmanager
+def operation_scope(
+    sctx: SparkrunContext | None = None,
+    *,
+    name: str,
+    observers: Iterable[OperationObserver] = (),
+) -> Iterator[Operation]:
+    """Run the enclosed block as one operation and record its outcome.
+
+    This is the boundary every API call uses; custom pipelines and tests use
+    it too. Inside an operation of the same context the scope joins the
+    running operation instead of nesting a new one, so a pipeline that wraps
+    several API calls reports as one operation. Events go to ``sctx.events``
+    and to the observers of the scope, of ``sctx.observers`` and of the
+    process (see :func:`add_observer` and the ``sparkrun.observers`` entry
+    point group).
+    """
+    running = _current.get()
+    if running is not None and (sctx is None or running.context is sctx):
+        yield running
+        return
+    _load_entry_point_observers()
+    with _process_observers_lock:
+        process_wide = tuple(_process_observers)
+    context_observers = tuple(sctx.observers) if sctx is not None else ()
+    operation = Operation(
+        name,
+        subscriber=sctx.events if sctx is not None else None,
+        observers=(*observers, *context_observers, *process_wide),
+        context=sctx,
+    )
+    token = _current.set(operation)
+    if sctx is not None:
+        sctx._active.append(operation)
+    bridged = operation.has_subscribers
+    if bridged:
+        log_bridge.enable()
+    try:
+        operation._start()
+        try:
+            yield operation
+        except BaseException as error:
+            operation._finish(_outcome_of(error), error)
+            raise
+        operation._finish("succeeded", None)
+    finally:
+        if bridged:
+            log_bridge.disable()
+        if sctx is not None:
+            sctx._active.remove(operation)
+        _current.reset(token)
+
+
+def submit(executor: Executor, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+    """``executor.submit`` that runs ``fn`` with the caller's operation context.
+
+    Plain executors start their threads without the caller's context
+    variables; this keeps the operation (and so the logging bridge) attached.
+    """
+    return executor.submit(contextvars.copy_context().run, fn, *args, **kwargs)

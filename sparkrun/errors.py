@@ -1,0 +1,22 @@
+"""The exception hierarchy callers can act on.
+
+Contract validation (feedback envelopes) keeps raising ``ValueError`` as the
+feedback specification requires; everything else sparkrun raises on purpose
+derives from :class:`SparkrunError`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "OperationCancelled", "SparkrunError"]
+
+
+class SparkrunError(Exception):
+    """Base of every deliberate sparkrun failure; the CLI renders it as one line."""
+
+
+class ConfigError(SparkrunError):
+    """The configuration file or a configuration value is unusable."""
+
+
+class OperationCancelled(SparkrunError):
+    """Raised inside an operation whose cancellation was requested."""
