@@ -4,8 +4,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Phoenix (the OTLP backend the integration tests export to) gets its own venv:
+# it is large and pulls in dependencies the project must not see.
+PHOENIX_VENV ?= .venv-phoenix
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean phoenix
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,18 +16,28 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+$(PHOENIX_VENV)/.installed:
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet 'arize-phoenix==20.26.1'
+	touch $@
+
+phoenix: $(PHOENIX_VENV)/.installed
+
 demo: $(VENV)/.installed
 	$(PY) examples/library_consumer.py
+	$(VENV)/bin/sparkrun trace show latest
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
-	$(PY) -m pytest
+test: lint $(PHOENIX_VENV)/.installed
+	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python $(PY) -m pytest
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_feedback.py
+	$(PY) benchmarks/bench_otel.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

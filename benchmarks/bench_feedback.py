@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from queue import SimpleQueue
 
+from _table import print_ratios
+
 from sparkrun.application import initialize
 from sparkrun.core.operation import operation_scope
 from sparkrun.feedback import get_feedback
@@ -81,9 +83,7 @@ def main(n: int = 100_000) -> int:
         threads_during = threading.active_count()
 
     base = results["baseline: Logger.log -> NullHandler"]
-    print(f"{'case':<40} {'us/event':>9} {'ratio':>7}")
-    for name, value in results.items():
-        print(f"{name:<40} {value:>9.3f} {value / base:>7.3f}")
+    print_ratios(results, "baseline: Logger.log -> NullHandler")
     headline = results["progress() + SimpleQueue subscriber"]
     ok = headline / base <= 0.6 and headline <= 6.0 and threads_during == threads_before
     print(

@@ -44,7 +44,8 @@ def _receive(receiver: FeedbackReporter, verify_seconds: float) -> None:
             unit="bytes",
             metrics={"bytes_per_second": round(rate), "reused_layers": 2},
         )
-    receiver.progress("Transfer complete", stage="transfer", status="succeeded", current=received, unit="bytes")
+    # One activity per host: "succeeded" is reported once, when the whole activity is done.
+    receiver.progress("Transfer complete", stage="transfer", current=received, unit="bytes")
     with receiver.heartbeat("Verifying image", interval=0.1):
         verify_image(verify_seconds)
     receiver.progress("Image verified", stage="verify", status="succeeded")

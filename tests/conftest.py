@@ -27,6 +27,18 @@ def sctx(tmp_path) -> SparkrunContext:
     return context
 
 
+#: The counter report of the specification's producer fragment, reused across tests.
+SPEC_TRANSFER = {
+    "stage": "transfer",
+    "status": "running",
+    "current": 1048576,
+    "total": 4194304,
+    "total_kind": "upper_bound",
+    "unit": "bytes",
+    "metrics": {"bytes_per_second": 524288, "reused_layers": 2},
+}
+
+
 def drain(queue: SimpleQueue) -> list[dict]:
     """Everything currently queued, in order."""
     events = []

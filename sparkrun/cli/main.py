@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
@@ -24,6 +25,40 @@ class CliState:
     """Global options, shared with subcommands through ``ctx.obj``."""
 
     debug: bool = False
+    otel: bool = True
+    otel_shutdown_timeout: float = 2.0
+
+    def start_telemetry(self, ctx: click.Context, state_dir: Path) -> None:
+        """Export this command's operations as traces (unless ``--no-otel``).
+
+        The destination is the OTLP endpoint of the environment, else the
+        local trace store; shutdown at exit waits at most the configured time.
+        """
+        if not self.otel:
+            return
+        from opentelemetry import trace
+
+        from otel import SparkrunInstrumentor, configure
+
+        instrumentor = SparkrunInstrumentor()
+        preinstrumented = instrumentor.is_instrumented_by_opentelemetry  # by `opentelemetry-instrument`
+        if preinstrumented and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            return  # an OpenTelemetry distro configured the SDK; it owns export and shutdown
+        telemetry = configure(state_dir=state_dir, shutdown_timeout=self.otel_shutdown_timeout)
+        if not preinstrumented:
+            instrumentor.instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider)
+
+        def stop() -> None:
+            if not preinstrumented:
+                instrumentor.uninstrument()
+            if not telemetry.shutdown():
+                click.echo(
+                    f"warning: telemetry for {telemetry.destination} was not delivered within "
+                    f"{self.otel_shutdown_timeout:g} s",
+                    err=True,
+                )
+
+        ctx.call_on_close(stop)
 
 
 class UserError(click.ClickException):
@@ -44,11 +79,31 @@ class _SparkrunGroup(click.Group):
             raise UserError(str(error)) from error
 
 
+class _NotRenderedFilter(logging.Filter):
+    """Drops log records of feedback reports while a command prints the events themselves."""
+
+    rendering = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.rendering and hasattr(record, "sparkrun_event"))
+
+
+_not_rendered = _NotRenderedFilter()
+
+
+def render_events_live() -> None:
+    """Call when a command prints feedback events itself, so they are not logged twice."""
+    _not_rendered.rendering = True
+
+
 def _configure_logging(verbose: int, quiet: bool) -> None:
     from sparkrun.core.log_bridge import PROGRESS
 
     level = logging.WARNING if quiet else (PROGRESS, logging.INFO, logging.DEBUG)[min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_not_rendered)
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 @click.group(cls=_SparkrunGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,10 +111,26 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option(
+    "--otel/--no-otel",
+    default=True,
+    envvar="SPARKRUN_OTEL",
+    show_default=True,
+    help="Export operations as OpenTelemetry traces: to the OTLP endpoint of OTEL_EXPORTER_OTLP_ENDPOINT, "
+    "else to the local trace store.",
+)
+@click.option(
+    "--otel-shutdown-timeout",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    envvar="SPARKRUN_OTEL_SHUTDOWN_TIMEOUT",
+    show_default=True,
+    help="Seconds to wait at exit for telemetry to be delivered.",
+)
 @click.pass_context
-def cli(ctx: click.Context, verbose: int, quiet: bool, debug: bool) -> None:
+def cli(ctx: click.Context, verbose: int, quiet: bool, debug: bool, otel: bool, otel_shutdown_timeout: float) -> None:
     """Launch and manage inference workloads, with structured feedback."""
-    ctx.obj = CliState(debug=debug)
+    ctx.obj = CliState(debug=debug, otel=otel, otel_shutdown_timeout=otel_shutdown_timeout)
     _configure_logging(verbose, quiet)
 
 
@@ -70,6 +141,44 @@ def schema(event_type: str) -> None:
     from sparkrun.schemas import load_schema
 
     click.echo(json.dumps(load_schema(event_type), indent=2))
+
+
+def state_dir_option(command):  # type: ignore[no-untyped-def]
+    """The ``--state-dir`` option every state-touching command takes."""
+    return click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="SPARKRUN_STATE_DIR",
+        help="State directory (default: $XDG_STATE_HOME/sparkrun).",
+    )(command)
+
+
+@cli.command()
+@state_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
+@click.pass_context
+def doctor(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None:
+    """Check that this machine can run and observe operations."""
+    from sparkrun.application import initialize
+    from sparkrun.cli.render import EventPrinter
+    from sparkrun.diagnostics import run_diagnostics
+
+    sctx = initialize(state_dir=state_dir, events=EventPrinter(sys.stdout, as_json=as_json))
+    render_events_live()
+    state = ctx.find_object(CliState)
+    state.start_telemetry(ctx, sctx.config.state_dir)
+    results = run_diagnostics(sctx, telemetry=state.otel)
+    if not all(result.ok for result in results):
+        ctx.exit(1)
+
+
+def _register_subcommands() -> None:
+    from sparkrun.cli.trace import trace
+
+    cli.add_command(trace)
+
+
+_register_subcommands()
 
 
 def main() -> None:

@@ -45,8 +45,11 @@ def test_help_does_not_import_heavy_modules():
 def test_library_consumer_example_prints_every_event_as_json():
     result = _run(sys.executable, "examples/library_consumer.py", "--json")
     assert result.returncode == 0, result.stderr
+    trace = _run(str(SPARKRUN), "trace", "show", "latest", "--json")
+    assert trace.returncode == 0, trace.stderr
     lines = result.stdout.strip().splitlines()
-    *events, summary = lines
+    *events, summary, exported = lines
+    assert exported.startswith("trace exported to local store ")
     parsed = [json.loads(line) for line in events]
     validator = jsonschema.Draft202012Validator(load_schema("feedback"))
     for event in parsed:
@@ -58,6 +61,7 @@ def test_library_consumer_example_prints_every_event_as_json():
         assert (host, "verify", "succeeded") in stages
     assert any(e["level"] == "warning" for e in parsed)
     assert any(e.get("total_kind") == "upper_bound" for e in parsed)
+    assert json.loads(trace.stdout)["trace_id"] == operation_id
     heartbeats = [e for e in parsed if e["message"] == "Verifying image"]
     assert any(e["metrics"]["elapsed_seconds"] > 0 for e in heartbeats)
 

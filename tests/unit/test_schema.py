@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sparkrun.core.operation import operation_scope
 from sparkrun.feedback import get_feedback
 from sparkrun.schemas import load_schema
-from tests.conftest import drain
+from tests.conftest import SPEC_TRANSFER, drain
 
 FEEDBACK = jsonschema.Draft202012Validator(load_schema("feedback"))
 LOG = jsonschema.Draft202012Validator(load_schema("log"))
@@ -40,13 +40,7 @@ def test_every_emitted_event_matches_its_schema(sctx):
         reporter.progress("plain")
         child.progress(
             "Receiving missing layers",
-            stage="transfer",
-            status="running",
-            current=1048576,
-            total=4194304,
-            total_kind="upper_bound",
-            unit="bytes",
-            metrics={"bytes_per_second": 524288, "reused_layers": 2, "note": "x", "ok": True, "none": None},
+            **{**SPEC_TRANSFER, "metrics": {**SPEC_TRANSFER["metrics"], "note": "x", "ok": True, "none": None}},
         )
         child.warning("counter only", current=3)
         child.report("detail", level="info", status="skipped")

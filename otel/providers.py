@@ -1,0 +1,166 @@
+"""Tracer and meter providers built from the standard ``OTEL_*`` environment.
+
+With an OTLP endpoint configured (``OTEL_EXPORTER_OTLP_ENDPOINT`` or a
+per-signal variant) spans and metrics are exported over OTLP, using
+``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf`` by default, or ``grpc``);
+the exporters read headers, timeouts and certificates from the environment
+themselves. Without one, spans go to the local trace store under the state
+directory. ``OTEL_SDK_DISABLED=true`` yields no-op providers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from otel.local_store import DEFAULT_MAX_TRACES, LocalSpanExporter, TraceStore
+
+__all__ = ["DEFAULT_SHUTDOWN_TIMEOUT", "Telemetry", "configure"]
+
+_log = logging.getLogger(__name__)
+DEFAULT_SHUTDOWN_TIMEOUT = 2.0
+_PROTOCOLS = ("http/protobuf", "grpc")
+
+
+@dataclass
+class Telemetry:
+    """The providers :func:`configure` built, and how to stop them in bounded time."""
+
+    tracer_provider: Any
+    meter_provider: Any
+    destination: str
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    _done: bool = field(default=False, repr=False)
+
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Flush and stop both providers, waiting at most ``timeout`` seconds.
+
+        Returns ``False`` if the exporters did not finish in time (for
+        example, an unreachable collector); the process can exit regardless,
+        since the export threads are daemons and no exit hook waits on them.
+        """
+        if self._done:
+            return True
+        self._done = True
+        limit = self.shutdown_timeout if timeout is None else timeout
+
+        def stop() -> None:
+            for provider in (self.tracer_provider, self.meter_provider):
+                try:
+                    provider.shutdown()
+                except Exception:
+                    _log.debug("telemetry provider shutdown failed", exc_info=True)
+
+        worker = threading.Thread(target=stop, name="sparkrun-otel-shutdown", daemon=True)
+        worker.start()
+        worker.join(limit)
+        if worker.is_alive():
+            _log.warning("telemetry export did not finish within %.1f s; giving up on unsent data", limit)
+            return False
+        return True
+
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _endpoint(env: Mapping[str, str], signal: str) -> str | None:
+    return env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+
+
+def _protocol(env: Mapping[str, str], signal: str) -> str:
+    protocol = env.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    protocol = protocol.strip() or "http/protobuf"
+    if protocol not in _PROTOCOLS:
+        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL is {protocol!r}; expected one of {', '.join(_PROTOCOLS)}")
+    return protocol
+
+
+def _resource(env: Mapping[str, str]) -> Any:
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+
+    from sparkrun import __version__
+
+    detected = OTELResourceDetector().detect()  # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
+    defaults = {"service.version": __version__}
+    if "service.name" not in detected.attributes:
+        defaults["service.name"] = "sparkrun"
+    return Resource.create(defaults).merge(detected)
+
+
+def _span_exporter(endpoint: str | None, protocol: str, explicit: bool, store: TraceStore) -> Any:
+    if endpoint is None:
+        return LocalSpanExporter(store)
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=endpoint) if explicit else OTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    if not explicit:
+        return OTLPSpanExporter()
+    base = endpoint.rstrip("/")
+    return OTLPSpanExporter(endpoint=base if base.endswith("/v1/traces") else f"{base}/v1/traces")
+
+
+def _metric_readers(env: Mapping[str, str]) -> list[Any]:
+    if _endpoint(env, "METRICS") is None:
+        return []
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    if _protocol(env, "METRICS") == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    return [PeriodicExportingMetricReader(OTLPMetricExporter())]
+
+
+def configure(
+    *,
+    state_dir: Path | str | None = None,
+    set_global: bool = True,
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+    max_traces: int = DEFAULT_MAX_TRACES,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Telemetry:
+    """Build providers from the environment and (by default) make them global.
+
+    ``endpoint`` and ``protocol`` override the environment's trace endpoint
+    (an OTLP/HTTP base URL gets ``/v1/traces`` appended). The OTLP exporters
+    read headers and timeouts from the process environment themselves, so
+    ``environ`` only steers the choices made here.
+    """
+    env = os.environ if environ is None else environ
+    if _is_true(env.get("OTEL_SDK_DISABLED")):
+        return Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), "disabled", shutdown_timeout)
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from sparkrun.config import default_state_dir
+
+    resource = _resource(env)
+    store = TraceStore.in_state_dir(state_dir if state_dir is not None else default_state_dir(), max_traces=max_traces)
+    explicit = endpoint is not None
+    endpoint = endpoint or _endpoint(env, "TRACES")
+    if protocol is not None and protocol not in _PROTOCOLS:
+        raise ValueError(f"protocol is {protocol!r}; expected one of {', '.join(_PROTOCOLS)}")
+    protocol = protocol or _protocol(env, "TRACES")
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(endpoint, protocol, explicit, store)))
+    meter_provider = MeterProvider(resource=resource, metric_readers=_metric_readers(env), shutdown_on_exit=False)
+    destination = f"otlp {protocol} {endpoint}" if endpoint else f"local store {store.directory}"
+    if set_global:
+        trace.set_tracer_provider(tracer_provider)
+        metrics.set_meter_provider(meter_provider)
+    return Telemetry(tracer_provider, meter_provider, destination, shutdown_timeout)

@@ -1,0 +1,144 @@
+"""otel.configure(): providers from the standard environment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from opentelemetry import trace
+
+import otel
+from otel import SparkrunInstrumentor
+from otel.local_store import LocalSpanExporter, TraceStore
+from sparkrun.core.operation import operation_scope
+from sparkrun.feedback import get_feedback
+
+
+@pytest.fixture(autouse=True)
+def _clean_otel_env(monkeypatch):
+    for name in list(__import__("os").environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+
+
+def _exporter_of(telemetry):
+    (processor,) = telemetry.tracer_provider._active_span_processor._span_processors
+    return processor.span_exporter
+
+
+def test_default_is_the_local_store(tmp_path):
+    telemetry = otel.configure(state_dir=tmp_path, set_global=False)
+    exporter = _exporter_of(telemetry)
+    assert isinstance(exporter, LocalSpanExporter) and exporter.store.directory == tmp_path / "traces"
+    assert telemetry.destination == f"local store {tmp_path / 'traces'}"
+    assert telemetry.tracer_provider.resource.attributes["service.name"] == "sparkrun"
+    telemetry.shutdown()
+
+
+def test_service_name_and_resource_attributes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "lab-runner")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=lab,host.name=spark-0")
+    attributes = otel.configure(state_dir=tmp_path, set_global=False).tracer_provider.resource.attributes
+    assert attributes["service.name"] == "lab-runner"
+    assert attributes["deployment.environment"] == "lab" and attributes["host.name"] == "spark-0"
+
+
+def test_service_name_in_resource_attributes_is_respected(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes")
+    telemetry = otel.configure(state_dir=tmp_path, set_global=False)
+    assert telemetry.tracer_provider.resource.attributes["service.name"] == "from-attributes"
+
+
+@pytest.mark.parametrize(
+    ("protocol", "module"),
+    [
+        (None, "opentelemetry.exporter.otlp.proto.http.trace_exporter"),
+        ("http/protobuf", "opentelemetry.exporter.otlp.proto.http.trace_exporter"),
+        ("grpc", "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"),
+    ],
+)
+def test_endpoint_selects_an_otlp_exporter(tmp_path, monkeypatch, protocol, module):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    if protocol:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    telemetry = otel.configure(state_dir=tmp_path, set_global=False)
+    assert type(_exporter_of(telemetry)).__module__ == module
+    assert telemetry.destination == f"otlp {protocol or 'http/protobuf'} http://127.0.0.1:4318"
+    telemetry.shutdown(timeout=0.5)
+
+
+def test_per_signal_endpoint_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:2/v1/traces")
+    telemetry = otel.configure(state_dir=tmp_path, set_global=False)
+    assert telemetry.destination.endswith("http://127.0.0.1:2/v1/traces")
+    assert _exporter_of(telemetry)._endpoint == "http://127.0.0.1:2/v1/traces"
+
+
+def test_explicit_http_endpoint_gets_the_traces_path(tmp_path):
+    telemetry = otel.configure(state_dir=tmp_path, set_global=False, endpoint="http://127.0.0.1:9/")
+    assert _exporter_of(telemetry)._endpoint == "http://127.0.0.1:9/v1/traces"
+
+
+def test_unknown_protocol_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    with pytest.raises(
+        ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL is 'http/json'; expected one of http/protobuf, grpc"
+    ):
+        otel.configure(state_dir=tmp_path, set_global=False)
+
+
+def test_sdk_disabled_gives_no_op_providers(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    telemetry = otel.configure(state_dir=tmp_path)
+    assert isinstance(telemetry.tracer_provider, trace.NoOpTracerProvider) and telemetry.destination == "disabled"
+    assert telemetry.shutdown() is True
+    assert not (tmp_path / "traces").exists()
+
+
+def test_local_store_round_trip_in_collector_file_format(tmp_path, sctx):
+    telemetry = otel.configure(state_dir=tmp_path, set_global=False)
+    SparkrunInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+    try:
+        with operation_scope(sctx, name="relay") as operation:
+            get_feedback("oci-relay").child(host="spark-1").progress(
+                "moved", current=5, unit="bytes", status="succeeded"
+            )
+    finally:
+        SparkrunInstrumentor().uninstrument()
+    assert telemetry.shutdown() is True
+    path = tmp_path / "traces" / f"{operation.operation_id}.jsonl"
+    for line in path.read_text().splitlines():
+        data = json.loads(line)
+        for resource_spans in data["resourceSpans"]:
+            assert {"key": "service.name", "value": {"stringValue": "sparkrun"}} in resource_spans["resource"][
+                "attributes"
+            ]
+            for span in (s for scope in resource_spans["scopeSpans"] for s in scope["spans"]):
+                assert span["traceId"] == operation.operation_id and len(span["spanId"]) == 16
+                assert span["startTimeUnixNano"].isdigit() and span["status"]["code"] in (0, 1, 2)
+    spans = TraceStore.in_state_dir(tmp_path).spans(operation.operation_id)
+    assert sorted(s.name for s in spans) == ["oci-relay", "oci-relay", "sparkrun.relay"]
+    (child,) = [s for s in spans if "host.name" in s.attributes]
+    assert child.attributes["host.name"] == "spark-1" and child.status == "ok"
+    assert child.events[0]["attributes"]["sparkrun.current"] == 5
+
+
+def test_store_keeps_the_newest_traces(tmp_path):
+    import os
+
+    store = TraceStore(tmp_path, max_traces=3)
+    tmp_path.mkdir(exist_ok=True)
+    for index in range(5):
+        path = store.path_of(f"{index:032x}")
+        path.write_text("{}\n")
+        os.utime(path, (index, index))
+    store._prune()
+    assert sorted(p.stem for p in tmp_path.glob("*.jsonl")) == [f"{i:032x}" for i in (2, 3, 4)]
+
+
+def test_unreadable_lines_are_skipped(tmp_path):
+    store = TraceStore(tmp_path)
+    store.path_of("a" * 32).write_text("garbage\n")
+    assert store.spans("a" * 32) == []

@@ -1,0 +1,139 @@
+"""`sparkrun trace` and `sparkrun doctor` through click's runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sparkrun.cli.main import cli
+from sparkrun.core.operation import operation_scope
+from sparkrun.feedback import get_feedback
+from tests.conftest import drain
+
+
+@pytest.fixture(autouse=True)
+def _no_otlp_endpoint(monkeypatch):
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _invoke(*args: str, **kwargs):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False, **kwargs)
+
+
+def test_doctor_runs_an_operation_and_stores_its_trace(tmp_path):
+    result = _invoke("doctor", "--state-dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "summary/succeeded   3 of 3 checks passed" in result.output
+    listed = _invoke("trace", "list", "--state-dir", str(tmp_path))
+    assert "sparkrun.doctor" in listed.output and " ok " in listed.output
+    shown = _invoke("trace", "show", "latest", "--state-dir", str(tmp_path))
+    assert shown.exit_code == 0
+    for name in ("sparkrun.doctor.state_dir", "sparkrun.doctor.config", "sparkrun.doctor.telemetry"):
+        assert name in shown.output
+
+
+def test_doctor_json_events_are_envelopes(tmp_path):
+    result = _invoke("--no-otel", "doctor", "--json", "--state-dir", str(tmp_path))
+    events = [json.loads(line) for line in result.output.splitlines()]
+    assert {e["type"] for e in events} == {"feedback"} and len({e["operation_id"] for e in events}) == 1
+
+
+@pytest.mark.parametrize("how", [["--no-otel"], []])
+def test_opting_out_is_one_flag_or_one_variable(tmp_path, monkeypatch, how):
+    if not how:
+        monkeypatch.setenv("SPARKRUN_OTEL", "0")
+    assert _invoke(*how, "doctor", "--state-dir", str(tmp_path)).exit_code == 0
+    assert not (tmp_path / "traces").exists()
+
+
+def test_doctor_reports_a_failed_check(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = _invoke("--no-otel", "doctor", "--state-dir", str(blocker / "state"))
+    assert result.exit_code == 1
+    assert (
+        "state_dir/failed" in result.output and "summary/failed      1 of 3 checks passed, 1 skipped" in result.output
+    )
+
+
+def test_show_json_tree(tmp_path):
+    _invoke("doctor", "--state-dir", str(tmp_path))
+    result = _invoke("trace", "show", "latest", "--json", "--state-dir", str(tmp_path))
+    tree = json.loads(result.output)
+    (root,) = tree["spans"]
+    assert root["name"] == "sparkrun.doctor" and root["status"] == "ok"
+    (activity,) = root["children"]
+    assert [c["name"] for c in activity["children"]] == [
+        "sparkrun.doctor.state_dir",
+        "sparkrun.doctor.config",
+        "sparkrun.doctor.telemetry",
+    ]
+    assert activity["last_message"] == "3 of 3 checks passed"
+
+
+def test_show_rejects_a_malformed_id(tmp_path):
+    result = CliRunner().invoke(cli, ["trace", "show", "xyz", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: not an operation id (operation_id='xyz', expected 32 hex characters or 'latest')"
+    )
+
+
+def test_show_unknown_id(tmp_path):
+    result = CliRunner().invoke(cli, ["trace", "show", "a" * 32, "--state-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: no trace for this operation in the local store (operation_id={'a' * 32}")
+
+
+def test_show_latest_on_an_empty_store(tmp_path):
+    result = CliRunner().invoke(cli, ["trace", "show", "latest", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "error: the local trace store is empty" in result.output
+
+
+def test_list_on_an_empty_store(tmp_path):
+    assert _invoke("trace", "list", "--state-dir", str(tmp_path)).output.startswith("no traces in")
+
+
+def test_replay_into_the_local_store_twice_gives_the_same_ids(tmp_path, sctx):
+    with operation_scope(sctx, name="relay") as operation:
+        get_feedback("oci-relay").child(host="spark-1").progress("moved", status="succeeded")
+    events_file = tmp_path / "events.jsonl"
+    events_file.write_text("".join(json.dumps(e) + "\n" for e in drain(sctx.queue)))
+    state = tmp_path / "state"
+    for _ in range(2):
+        result = _invoke("trace", "replay", str(events_file), "--state-dir", str(state))
+        assert result.output.startswith(f"replayed operation {operation.operation_id} -> local store")
+    tree = json.loads(_invoke("trace", "show", operation.operation_id, "--json", "--state-dir", str(state)).output)
+    assert tree["trace_id"] == operation.operation_id
+    lines = (state / "traces" / f"{operation.operation_id}.jsonl").read_text().splitlines()
+    span_ids = [
+        sorted(s["spanId"] for rs in json.loads(line)["resourceSpans"] for sc in rs["scopeSpans"] for s in sc["spans"])
+        for line in lines
+    ]
+    assert len(span_ids) == 2 and span_ids[0] == span_ids[1]
+
+
+def test_replay_reports_a_bad_line(tmp_path):
+    events_file = tmp_path / "events.jsonl"
+    events_file.write_text("{oops\n")
+    result = CliRunner().invoke(cli, ["trace", "replay", str(events_file), "--state-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert (
+        result.output.strip()
+        == f"error: {events_file}:1 is not JSON (Expecting property name enclosed in double quotes, column 2)"
+    )
+
+
+def test_replay_of_an_empty_file(tmp_path):
+    events_file = tmp_path / "events.jsonl"
+    events_file.write_text("\n")
+    result = CliRunner().invoke(cli, ["trace", "replay", str(events_file), "--state-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "error: no events to replay" in result.output
+
+
+def test_negative_shutdown_timeout_is_a_usage_error():
+    result = CliRunner().invoke(cli, ["--otel-shutdown-timeout", "-1", "doctor"])
+    assert result.exit_code == 2 and "-1.0 is not in the range x>=0" in result.output
