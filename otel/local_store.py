@@ -134,7 +134,7 @@ class TraceStore:
         path = self.path_of(trace_id.lower())
         if not path.is_file():
             return []
-        spans = []
+        spans: dict[str, StoredSpan] = {}  # by span id: a replay of the same events writes the same ids again
         with open(path, encoding="utf-8") as file:
             for number, line in enumerate(file, start=1):
                 if not line.strip():
@@ -146,8 +146,10 @@ class TraceStore:
                     continue
                 for resource_spans in data.get("resourceSpans", ()):
                     for scope_spans in resource_spans.get("scopeSpans", ()):
-                        spans.extend(_decode_span(raw) for raw in scope_spans.get("spans", ()))
-        return sorted(spans, key=lambda span: (span.start_ns, span.span_id))
+                        for raw in scope_spans.get("spans", ()):
+                            span = _decode_span(raw)
+                            spans[span.span_id] = span
+        return sorted(spans.values(), key=lambda span: (span.start_ns, span.span_id))
 
     def trace_ids(self) -> list[str]:
         """Stored trace ids, most recently written first."""

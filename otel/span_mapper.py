@@ -3,11 +3,12 @@
 One root span per operation (trace id = operation id), one span per feedback
 activity (parented by ``parent_id``), one span per launch phase; reports
 become span events. Span events are bounded (128 per span by default), so
-repeated counter updates are coalesced: every stage or status change,
-warning and error, and the first and last report are kept; the first
-quarter of the budget takes every report, after which counter updates are
-sampled at most once a second (by event time, so a replay gives the same
-result) until half the budget is used, and the rest are counted in
+repeated counter updates are coalesced. The first quarter of the budget
+takes every report; after that, the latest counter update is held back and
+recorded as a sample at most once a second (by event time, so a replay
+gives the same result) while half the budget is left. Every stage or status
+change, warning and error is kept up to the limit less one slot, which is
+reserved for the last report; everything else is counted in
 ``sparkrun.coalesced_events``. Final counters go on the span.
 """
 
@@ -88,6 +89,7 @@ class _Activity:
         "stage",
         "started_at",
         "status",
+        "synthesized",
         "total",
         "total_kind",
         "unit",
@@ -102,7 +104,7 @@ class _Activity:
         self.reports = self.added = self.coalesced = 0
         self.last_added_at = started_at
         self.bytes_seen: int | float = 0
-        self.ended = False
+        self.ended = self.synthesized = False
 
 
 class _OperationTrace:
@@ -137,10 +139,8 @@ class _OperationTrace:
             self._root_event(f"sparkrun.feedback.{event['level']}", event, late=True)
             return
         first = activity.reports == 0
-        if first and activity.source != event["source"]:
-            activity.span.update_name(event["source"])  # a synthesized parent learns its real name
-            activity.source = event["source"]
-            activity.span.set_attribute("sparkrun.source", event["source"])
+        if first and activity.synthesized:
+            self._adopt(activity, event)
         activity.reports += 1
         level = event["level"]
         if self._metrics is not None:
@@ -157,7 +157,10 @@ class _OperationTrace:
         activity.last_message = event["message"]
         if significant:
             if activity.pending is not None:
-                self._flush_pending(activity, sample=True)
+                self._sample_pending(activity)
+                if activity.pending is not None:  # no room for samples: it is superseded
+                    activity.pending = None
+                    activity.coalesced += 1
             if activity.added < self._limit - 1:
                 self._add(activity, event)
             else:
@@ -167,13 +170,28 @@ class _OperationTrace:
         else:
             if activity.pending is not None:
                 activity.coalesced += 1
-            activity.pending = event
+            activity.pending = event  # held back: it may be the last report
             if event["timestamp"] - activity.last_added_at >= SAMPLE_INTERVAL_SECONDS:
-                self._flush_pending(activity, sample=True)
+                self._sample_pending(activity)
         if status in _TERMINAL:
             metrics = event.get("metrics")
             activity.error_type = metrics.get("error_type") if metrics else None
             self._end(activity, event["timestamp"], unfinished=False)
+
+    @staticmethod
+    def _adopt(activity: _Activity, event: dict[str, Any]) -> None:
+        """A parent synthesized for an earlier child reports at last: give it its own identity."""
+        span = activity.span
+        if activity.source != event["source"]:
+            span.update_name(event["source"])
+            activity.source = event["source"]
+        attributes: dict[str, Any] = {"sparkrun.source": event["source"], "sparkrun.synthesized": False}
+        if "host" in event:
+            attributes["host.name"] = event["host"]
+        if "parent_id" in event:
+            attributes["sparkrun.parent_id"] = event["parent_id"]  # its span stays under the root
+        span.set_attributes(attributes)
+        activity.synthesized = False
 
     def _count(self, activity: _Activity, event: dict[str, Any]) -> None:
         current = event["current"]
@@ -211,6 +229,7 @@ class _OperationTrace:
             attributes,
         )
         activity = _Activity(span, event["source"], event["timestamp"])
+        activity.synthesized = synthesized
         self._activities[activity_id] = activity
         return activity
 
@@ -221,18 +240,16 @@ class _OperationTrace:
         activity.added += 1
         activity.last_added_at = event["timestamp"]
 
-    def _flush_pending(self, activity: _Activity, *, sample: bool) -> None:
-        pending, activity.pending = activity.pending, None
-        if pending is None:
-            return
-        budget = self._limit // 2 if sample else self._limit
-        if activity.added < budget:
-            self._add(activity, pending)
-        else:
-            activity.coalesced += 1
+    def _sample_pending(self, activity: _Activity) -> None:
+        """Record the held-back update as a sample while half the event budget is left."""
+        if activity.pending is not None and activity.added < self._limit // 2:
+            self._add(activity, activity.pending)
+            activity.pending = None
 
     def _end(self, activity: _Activity, end_time: float, *, unfinished: bool) -> None:
-        self._flush_pending(activity, sample=False)
+        if activity.pending is not None:  # the last report; samples and significant events left room for it
+            self._add(activity, activity.pending)
+            activity.pending = None
         activity.ended = True
         span = activity.span
         final = {

@@ -85,8 +85,10 @@ def _skip(reporter: FeedbackReporter, name: str, why: str) -> CheckResult:
 def run_diagnostics(sctx: SparkrunContext, *, telemetry: bool = True) -> list[CheckResult]:
     """Run every check as one ``doctor`` operation; failures are results, not exceptions.
 
-    With ``telemetry=False`` (``--no-otel``) the telemetry check is skipped.
+    With ``telemetry=False`` (``--no-otel``) or ``OTEL_SDK_DISABLED=true`` the
+    telemetry check is skipped.
     """
+    telemetry = telemetry and os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
     with operation_scope(sctx, name="doctor"):
         reporter = get_feedback("sparkrun.doctor")
         results = [

@@ -151,3 +151,22 @@ def test_opentelemetry_instrument_enables_the_instrumentor(tmp_path):
     assert result.returncode == 0, result.stderr
     (operation_id,) = {json.loads(line)["operation_id"] for line in result.stdout.splitlines()}
     assert (tmp_path / "traces" / f"{operation_id}.jsonl").is_file()
+
+
+def test_configure_installs_global_providers_that_instrument_picks_up(tmp_path):
+    code = (
+        "import otel\n"
+        "from sparkrun.application import initialize\n"
+        "from sparkrun.core.operation import operation_scope\n"
+        "from sparkrun.feedback import get_feedback\n"
+        f"telemetry = otel.configure(state_dir={str(tmp_path)!r})\n"
+        "otel.SparkrunInstrumentor().instrument()\n"
+        f"with operation_scope(initialize(state_dir={str(tmp_path)!r}), name='global') as operation:\n"
+        "    get_feedback('probe').progress('hello', status='succeeded')\n"
+        "assert telemetry.shutdown()\n"
+        "print(operation.operation_id)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=_clean_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    operation_id = result.stdout.strip()
+    assert operation_id in (tmp_path / "traces" / f"{operation_id}.jsonl").read_text()

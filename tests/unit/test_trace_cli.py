@@ -114,6 +114,15 @@ def test_replay_into_the_local_store_twice_gives_the_same_ids(tmp_path, sctx):
         for line in lines
     ]
     assert len(span_ids) == 2 and span_ids[0] == span_ids[1]
+    shown = _invoke("trace", "show", operation.operation_id, "--state-dir", str(state)).output
+    assert shown.count("oci-relay") == 2  # each span once, although written twice
+
+
+def test_doctor_skips_telemetry_when_the_sdk_is_disabled(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    result = _invoke("doctor", "--state-dir", str(tmp_path))
+    assert result.exit_code == 0 and "telemetry/skipped" in result.output
+    assert not (tmp_path / "traces").exists()
 
 
 def test_replay_reports_a_bad_line(tmp_path):

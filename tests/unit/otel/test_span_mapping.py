@@ -277,3 +277,45 @@ def test_concurrent_operations_get_separate_traces(captured, tmp_path):
         by_trace.setdefault(_hex(span.context.trace_id, 32), []).append(span.name)
     assert sorted(by_trace) == sorted(ids)
     assert all(len(names) == 2 for names in by_trace.values())
+
+
+def test_the_last_report_survives_when_sampling_room_is_used_up():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import otel
+
+    operation_id = "ab" * 16
+    events = [
+        {
+            "type": "feedback",
+            "operation_id": operation_id,
+            "timestamp": 1_700_000_000.0 + 2 * i,  # far enough apart that every update wants a sample
+            "source": "slow",
+            "message": f"m{i}",
+            "level": "progress",
+            "activity_id": "act",
+            "current": i,
+            "total_kind": "unknown",
+        }
+        for i in range(200)
+    ]
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel.replay(events, tracer_provider=provider)
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "slow"]
+    messages = [e.attributes["message"] for e in span.events]
+    assert messages[0] == "m0" and messages[-1] == "m199" and len(messages) <= 128
+    assert span.attributes["sparkrun.coalesced_events"] == 200 - len(messages)
+
+
+def test_a_synthesized_parent_takes_its_identity_when_it_reports(captured, sctx):
+    with operation_scope(sctx, name="relay"):
+        parent = get_feedback("coldsnap").child(host="spark-9")
+        parent.child(source="coldsnap.unit").progress("child first")
+        parent.progress("parent at last", status="succeeded")
+    span = captured.span("coldsnap")
+    assert span.attributes["sparkrun.synthesized"] is False and span.attributes["host.name"] == "spark-9"
+    assert span.attributes["sparkrun.parent_id"] == parent.parent_id
