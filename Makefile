@@ -24,9 +24,14 @@ $(PHOENIX_VENV)/.installed:
 
 phoenix: $(PHOENIX_VENV)/.installed
 
+# The main job: launch the example chat server from its recipe, show it, show the
+# operation's trace, ask it something, and stop it (state kept in .state/demo).
 demo: $(VENV)/.installed
-	$(PY) examples/library_consumer.py
-	$(VENV)/bin/sparkrun trace show latest
+	@export SPARKRUN_STATE_DIR="$(CURDIR)/.state/demo"; sparkrun="$(VENV)/bin/sparkrun"; \
+	$$sparkrun stop example-chat >/dev/null 2>&1; \
+	$$sparkrun run examples/recipes/example-chat.yaml && $$sparkrun status && \
+	$$sparkrun trace show latest && $(PY) examples/ask.py example-chat "hello from the demo"; \
+	status=$$?; $$sparkrun stop example-chat; exit $$status
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -7,7 +7,7 @@ derives from :class:`SparkrunError`.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "OperationCancelled", "SparkrunError"]
+__all__ = ["ConfigError", "DeploymentError", "LaunchError", "OperationCancelled", "RecipeError", "SparkrunError"]
 
 
 class SparkrunError(Exception):
@@ -20,3 +20,15 @@ class ConfigError(SparkrunError):
 
 class OperationCancelled(SparkrunError):
     """Raised inside an operation whose cancellation was requested."""
+
+
+class RecipeError(SparkrunError):
+    """A recipe cannot be found, read or validated; the message names file, line and field."""
+
+
+class LaunchError(SparkrunError):
+    """A workload could not be started or did not become ready."""
+
+
+class DeploymentError(SparkrunError):
+    """A deployment is unknown, already running, or cannot be stopped."""

@@ -25,6 +25,7 @@ class CliState:
     """Global options, shared with subcommands through ``ctx.obj``."""
 
     debug: bool = False
+    quiet: bool = False
     otel: bool = True
     otel_shutdown_timeout: float = 2.0
 
@@ -109,7 +110,7 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
 @click.group(cls=_SparkrunGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="sparkrun")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings, errors and results.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option(
     "--otel/--no-otel",
@@ -130,12 +131,12 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool, debug: bool, otel: bool, otel_shutdown_timeout: float) -> None:
     """Launch and manage inference workloads, with structured feedback."""
-    ctx.obj = CliState(debug=debug, otel=otel, otel_shutdown_timeout=otel_shutdown_timeout)
+    ctx.obj = CliState(debug=debug, quiet=quiet, otel=otel, otel_shutdown_timeout=otel_shutdown_timeout)
     _configure_logging(verbose, quiet)
 
 
 @cli.command()
-@click.argument("event_type", type=click.Choice(["feedback", "log"]), default="feedback")
+@click.argument("event_type", type=click.Choice(["feedback", "log", "progress"]), default="feedback")
 def schema(event_type: str) -> None:
     """Print the JSON Schema of an event type of the native stream."""
     from sparkrun.schemas import load_schema
@@ -156,26 +157,29 @@ def state_dir_option(command):  # type: ignore[no-untyped-def]
 @cli.command()
 @state_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
+@click.option(
+    "--events-jsonl",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append every native event of the operation to this JSON-lines file.",
+)
 @click.pass_context
-def doctor(ctx: click.Context, state_dir: Path | None, as_json: bool) -> None:
+def doctor(ctx: click.Context, state_dir: Path | None, as_json: bool, events_jsonl: Path | None) -> None:
     """Check that this machine can run and observe operations."""
-    from sparkrun.application import initialize
-    from sparkrun.cli.render import EventPrinter
+    from sparkrun.cli.session import operation_session
     from sparkrun.diagnostics import run_diagnostics
 
-    sctx = initialize(state_dir=state_dir, events=EventPrinter(sys.stdout, as_json=as_json))
-    render_events_live()
-    state = ctx.find_object(CliState)
-    state.start_telemetry(ctx, sctx.config.state_dir)
-    results = run_diagnostics(sctx, telemetry=state.otel)
+    with operation_session(ctx, state_dir=state_dir, as_json=as_json, events_jsonl=events_jsonl) as sctx:
+        results = run_diagnostics(sctx, telemetry=ctx.find_object(CliState).otel)
     if not all(result.ok for result in results):
         ctx.exit(1)
 
 
 def _register_subcommands() -> None:
     from sparkrun.cli.trace import trace
+    from sparkrun.cli.workloads import logs, run, status, stop
 
-    cli.add_command(trace)
+    for command in (run, stop, status, logs, trace):
+        cli.add_command(command)
 
 
 _register_subcommands()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar
 
 from sparkrun.core import log_bridge
+from sparkrun.core.entry_points import load_group_once
 from sparkrun.core.envelope import check_text
 from sparkrun.errors import OperationCancelled
 
@@ -88,7 +89,6 @@ class OperationObserver(Protocol):
 
 _process_observers: list[OperationObserver] = []
 _process_observers_lock = threading.Lock()
-_entry_points_loaded = False
 
 
 def add_observer(observer: OperationObserver) -> None:
@@ -103,25 +103,6 @@ def remove_observer(observer: OperationObserver) -> None:
     with _process_observers_lock:
         if observer in _process_observers:
             _process_observers.remove(observer)
-
-
-def _load_entry_point_observers() -> None:
-    """Register observers advertised by installed distributions, once per process.
-
-    Each entry point names a zero-argument callable (usually a class) that
-    returns the observer.
-    """
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    from importlib.metadata import entry_points
-
-    for entry_point in entry_points(group=OBSERVER_ENTRY_POINT_GROUP):
-        try:
-            add_observer(entry_point.load()())
-        except Exception:
-            _log.warning("could not load operation observer %r", entry_point.value, exc_info=True)
 
 
 class Operation:
@@ -268,7 +249,7 @@ def operation_scope(
     if running is not None and (sctx is None or running.context is sctx):
         yield running
         return
-    _load_entry_point_observers()
+    load_group_once(OBSERVER_ENTRY_POINT_GROUP, add_observer)
     with _process_observers_lock:
         process_wide = tuple(_process_observers)
     context_observers = tuple(sctx.observers) if sctx is not None else ()

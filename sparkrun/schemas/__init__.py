@@ -9,7 +9,11 @@ from typing import Any
 __all__ = ["SCHEMA_NAMES", "load_schema"]
 
 #: Event type -> schema file shipped in this package.
-SCHEMA_NAMES = {"feedback": "feedback-event.schema.json", "log": "log-event.schema.json"}
+SCHEMA_NAMES = {
+    "feedback": "feedback-event.schema.json",
+    "log": "log-event.schema.json",
+    "progress": "progress-event.schema.json",
+}
 
 
 def load_schema(event_type: str) -> dict[str, Any]:

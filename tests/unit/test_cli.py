@@ -27,4 +27,4 @@ def test_schema_command_prints_json_schema():
 
 def test_unknown_schema_is_a_usage_error():
     result = CliRunner().invoke(cli, ["schema", "nope"])
-    assert result.exit_code == 2 and "'nope' is not one of 'feedback', 'log'" in result.output
+    assert result.exit_code == 2 and "'nope' is not one of 'feedback', 'log', 'progress'" in result.output

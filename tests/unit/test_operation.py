@@ -8,6 +8,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from sparkrun.core import operation as operation_module
+from sparkrun.core.entry_points import forget
 from sparkrun.core.operation import (
     OperationObserver,
     add_observer,
@@ -138,7 +139,7 @@ def test_entry_point_observers_are_loaded_once(monkeypatch, sctx):
             super().__init__()
             made.append(self)
 
-    monkeypatch.setattr(operation_module, "_entry_points_loaded", False)
+    forget(operation_module.OBSERVER_ENTRY_POINT_GROUP)
     monkeypatch.setitem(globals(), "FromEntryPoint", FromEntryPoint)
     entry = EntryPoint(name="rec", value=f"{__name__}:FromEntryPoint", group="sparkrun.observers")
     broken = EntryPoint(name="bad", value="no_such_module_xyz:Thing", group="sparkrun.observers")

@@ -24,12 +24,12 @@ def _as_json(event: dict) -> dict:
 
 
 def test_schemas_are_valid_draft_2020_12():
-    for name in ("feedback", "log"):
+    for name in ("feedback", "log", "progress"):
         jsonschema.Draft202012Validator.check_schema(load_schema(name))
 
 
 def test_unknown_schema_name():
-    with pytest.raises(ValueError, match="event type is 'nope'; expected one of feedback, log"):
+    with pytest.raises(ValueError, match="event type is 'nope'; expected one of feedback, log, progress"):
         load_schema("nope")
 
 

@@ -1,0 +1,11 @@
+"""The public library API: launch and manage workloads.
+
+Every call takes ``sctx=`` (from :func:`sparkrun.application.initialize`)
+and runs inside an operation boundary, so its events reach ``sctx.events``
+and its trace carries the operation id.
+"""
+
+from sparkrun.api.launch import RunOptions, RunResult, run
+from sparkrun.api.manage import DeploymentStatus, StopResult, logs, status, stop
+
+__all__ = ["DeploymentStatus", "RunOptions", "RunResult", "StopResult", "logs", "run", "status", "stop"]

@@ -1,0 +1,179 @@
+"""Live terminal rendering of an operation's events.
+
+On a terminal (rich): phase lines ``[n/6]``, a percentage bar only for exact
+totals, "X of up to Y" for upper bounds, a spinner for unknown totals, and
+warnings and errors highlighted. Elsewhere (pipes, CI logs): one plain line
+per event. The renderer is the operation's subscriber, so it must stay
+quick; rich redraws from its own thread.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from sparkrun.cli.render import describe_event
+
+__all__ = ["EventRecorder", "LiveRenderer", "describe_progress", "fan_out"]
+
+_TERMINAL = ("succeeded", "failed", "skipped")
+_STATUS_STYLE = {"succeeded": "green", "failed": "bold red", "skipped": "dim", "running": "cyan"}
+
+
+def describe_progress(event: dict[str, Any]) -> str:
+    """A launch phase event as ``[n/6] message``."""
+    return f"[{event['phase']}/{event['total_phases']}] {event['message']}"
+
+
+def _notable(event: dict[str, Any]) -> bool:
+    """What ``-q`` still shows: warnings, errors and failed phases."""
+    return event.get("level") in ("warning", "error") or event.get("status") == "failed"
+
+
+def _plain(event: dict[str, Any]) -> str:
+    return describe_progress(event) if event.get("type") == "progress" else describe_event(event)
+
+
+def _amount(value: float, unit: str | None) -> str:
+    if unit == "bytes":
+        for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+            if abs(value) < 1024 or suffix == "TiB":
+                return f"{value:.0f} {suffix}" if suffix == "B" else f"{value:.1f} {suffix}"
+            value /= 1024
+    text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+    return f"{text} {unit}" if unit else text
+
+
+def counter_text(event: dict[str, Any]) -> str:
+    """How a counter reads: exact totals as a fraction, upper bounds as "of up to"."""
+    unit = event.get("unit")
+    current = _amount(event["current"], unit)
+    kind = event.get("total_kind", "unknown")
+    if kind == "upper_bound":
+        return f"{current} of up to {_amount(event['total'], unit)}"
+    if kind == "exact":
+        return f"{current} of {_amount(event['total'], unit)}"
+    return current
+
+
+class LiveRenderer:
+    """A subscriber that draws events for a person; use it as a context manager."""
+
+    def __init__(
+        self, stream: IO[str] | None = None, *, force_terminal: bool | None = None, quiet: bool = False
+    ) -> None:
+        stream = stream if stream is not None else sys.stdout
+        self._stream = stream
+        self._quiet = quiet
+        self._rich = force_terminal if force_terminal is not None else stream.isatty()
+        self._console: Any = None
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+        if self._rich:
+            from rich.console import Console
+
+            self._console = Console(file=stream, force_terminal=True, highlight=False)
+
+    def __enter__(self) -> LiveRenderer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if self._quiet and not _notable(event):
+            return
+        if not self._rich:
+            self._stream.write(_plain(event) + "\n")
+            self._stream.flush()
+            return
+        if event.get("type") == "feedback" and "current" in event and event.get("status") not in _TERMINAL:
+            self._update_counter(event)
+            return
+        self._finish_counter(event)
+        self._print(event)
+
+    def _print(self, event: dict[str, Any]) -> None:
+        from rich.text import Text
+
+        level = event.get("level")
+        if event.get("type") == "progress":
+            style = _STATUS_STYLE.get(event["status"], "")
+            line = Text(f"[{event['phase']}/{event['total_phases']}] ", style="bold")
+            line.append(event["message"], style=style)
+        elif level in ("warning", "error"):
+            line = Text(f"{level}: ", style="bold yellow" if level == "warning" else "bold red")
+            line.append(f"{event.get('source', '')}: {event['message']}")
+        else:
+            line = Text(describe_event(event), style=_STATUS_STYLE.get(event.get("status", ""), "dim"))
+        self._console.print(line)
+
+    def _bar(self) -> Any:
+        if self._progress is None:
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn
+
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[counter]}"),
+                console=self._console,
+                transient=True,
+            )
+            self._progress.start()
+        return self._progress
+
+    def _update_counter(self, event: dict[str, Any]) -> None:
+        progress = self._bar()
+        exact = event.get("total_kind") == "exact"
+        total = event["total"] if exact else None  # only exact totals make a percentage
+        task = self._tasks.get(event["activity_id"])
+        who = event["source"] + (f"@{event['host']}" if "host" in event else "")
+        description = f"{who}: {event['message']}"
+        if task is None:
+            task = progress.add_task(description, total=total, counter=counter_text(event))
+            self._tasks[event["activity_id"]] = task
+        progress.update(
+            task, description=description, completed=event["current"], total=total, counter=counter_text(event)
+        )
+
+    def _finish_counter(self, event: dict[str, Any]) -> None:
+        task = self._tasks.pop(event.get("activity_id", ""), None)
+        if task is not None and self._progress is not None:
+            self._progress.remove_task(task)
+
+
+class EventRecorder:
+    """A subscriber that appends every event as one JSON line (``--events-jsonl``)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self._file.write(json.dumps(event) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def fan_out(*subscribers: Callable[[dict[str, Any]], Any] | None) -> Callable[[dict[str, Any]], None]:
+    """One subscriber that hands each event to several, in order."""
+    present = [subscriber for subscriber in subscribers if subscriber is not None]
+
+    def deliver(event: dict[str, Any]) -> None:
+        for subscriber in present:
+            subscriber(event)
+
+    return deliver

@@ -1,0 +1,140 @@
+"""``sparkrun run|stop|status|logs``: launch and manage workloads."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from sparkrun.cli.main import UserError, state_dir_option
+from sparkrun.cli.session import events_jsonl_option, operation_session
+
+__all__ = ["logs", "run", "status", "stop"]
+
+
+def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
+    overrides = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        overrides[key.strip()] = value
+    return overrides
+
+
+@click.command()
+@click.argument("recipe")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Fill a command placeholder (repeatable).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port for the workload (default: the recipe's, else free).")
+@click.option("--name", help="Deployment name (default: the recipe's name).")
+@click.option("--foreground", is_flag=True, help="Follow the workload's log after launch; Ctrl+C detaches.")
+@click.option("--json", "as_json", is_flag=True, help="Print events, then the result, as JSON lines.")
+@events_jsonl_option
+@state_dir_option
+@click.pass_context
+def run(
+    ctx: click.Context,
+    recipe: str,
+    sets: tuple[str, ...],
+    port: int | None,
+    name: str | None,
+    foreground: bool,
+    as_json: bool,
+    events_jsonl: Path | None,
+    state_dir: Path | None,
+) -> None:
+    """Launch the workload of RECIPE (a recipe name or a path to a YAML file)."""
+    from sparkrun import api
+
+    overrides = _parse_sets(sets)
+    with operation_session(ctx, state_dir=state_dir, as_json=as_json, events_jsonl=events_jsonl) as sctx:
+        result = api.run(api.RunOptions(recipe=recipe, overrides=overrides, port=port, name=name), sctx=sctx)
+    if as_json:
+        record = {**result.__dict__, "type": "result", "log_path": str(result.log_path)}
+        click.echo(json.dumps(record))
+    else:
+        pids = ", ".join(str(pid) for pid in result.pids)
+        click.echo(f"{result.name} is running at {result.url} (pid {pids}); operation {result.operation_id}")
+    if foreground:
+        try:
+            for line in api.logs(result.name, follow=True, tail=0, sctx=sctx):
+                click.echo(line)
+        except KeyboardInterrupt:
+            click.echo(f"\ndetached: {result.name} keeps running; stop it with `sparkrun stop {result.name}`", err=True)
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--all", "stop_all", is_flag=True, help="Stop every running deployment.")
+@click.option("--grace", type=click.FloatRange(0, 300), default=5.0, show_default=True, help="Seconds before SIGKILL.")
+@events_jsonl_option
+@state_dir_option
+@click.pass_context
+def stop(
+    ctx: click.Context,
+    name: str | None,
+    stop_all: bool,
+    grace: float,
+    events_jsonl: Path | None,
+    state_dir: Path | None,
+) -> None:
+    """Stop deployment NAME (or --all): its whole process group, gently then firmly."""
+    from sparkrun import api
+
+    if (name is None) == (not stop_all):
+        raise UserError("give a deployment name or --all (not both)")
+    with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl) as sctx:
+        results = api.stop(name, all=stop_all, grace=grace, sctx=sctx)
+    if not results:
+        click.echo("nothing is running")
+    for result in results:
+        click.echo(f"stopped {result.name} ({result.outcome})")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print deployments as JSON.")
+@events_jsonl_option
+@state_dir_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, events_jsonl: Path | None, state_dir: Path | None) -> None:
+    """Show recorded deployments and whether they are running."""
+    from sparkrun import api
+
+    with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl, live=False, traced=False) as sctx:
+        deployments = api.status(sctx=sctx)
+    if as_json:
+        rows = [{**d.__dict__, "log_path": str(d.log_path)} for d in deployments]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not deployments:
+        click.echo("no deployments")
+        return
+    click.echo(f"{'name':<20} {'state':<8} {'pid':>7} {'url':<26} {'started':<19} recipe")
+    for d in deployments:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.started_at))
+        pid = ",".join(str(p) for p in d.pids)
+        click.echo(f"{d.name:<20} {d.state:<8} {pid:>7} {d.url:<26} {started:<19} {d.recipe}")
+
+
+@click.command()
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines while the workload runs.")
+@click.option("--tail", type=click.IntRange(min=0), help="Start with only the last N lines.")
+@events_jsonl_option
+@state_dir_option
+@click.pass_context
+def logs(
+    ctx: click.Context, name: str, follow: bool, tail: int | None, events_jsonl: Path | None, state_dir: Path | None
+) -> None:
+    """Print the log of deployment NAME."""
+    from sparkrun import api
+
+    with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl, live=False, traced=False) as sctx:
+        lines = api.logs(name, follow=follow, tail=tail, sctx=sctx)
+    try:
+        for line in lines:
+            click.echo(line)
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,272 @@
+"""Recipes: what to launch, read from YAML and validated with file and line.
+
+A recipe names a workload (``runtime: process`` runs a command on the host),
+the command template, its default values, environment, hosts, readiness
+check and, optionally, the image and model the distribute phase handles.
+Recipes are found by path or by name in the recipe directories.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import string
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkrun.errors import RecipeError
+
+__all__ = ["Readiness", "Recipe", "find_recipe", "load_recipe", "recipe_dirs", "render_command"]
+
+RECIPE_VERSION = "1"
+RUNTIMES = ("process",)
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+_FIELDS = (
+    "recipe_version",
+    "name",
+    "description",
+    "runtime",
+    "command",
+    "defaults",
+    "env",
+    "hosts",
+    "port",
+    "readiness",
+    "image",
+    "model",
+)
+_READINESS_FIELDS = ("http_path", "timeout")
+#: Placeholders every command may use besides ``defaults`` and overrides.
+BUILTIN_PLACEHOLDERS = ("name", "host", "port", "python", "recipe_dir")
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Ready means: the port accepts connections, then ``http_path`` (if any) answers 2xx."""
+
+    http_path: str | None = None
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    command: str
+    path: Path
+    runtime: str = "process"
+    description: str = ""
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    hosts: tuple[str, ...] = ("localhost",)
+    port: int | None = None
+    readiness: Readiness = field(default_factory=Readiness)
+    image: str | None = None
+    model: str | None = None
+    lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def placeholders(self) -> list[str]:
+        """Names used as ``{placeholder}`` in the command template."""
+        return [name for _, name, _, _ in string.Formatter().parse(self.command) if name]
+
+
+class _Located:
+    """Raises errors that point at the file and line of a field."""
+
+    def __init__(self, path: Path, lines: Mapping[str, int]) -> None:
+        self.path, self.lines = path, lines
+
+    def error(self, field_path: str, problem: str) -> RecipeError:
+        line = self.lines.get(field_path) or self.lines.get(field_path.split(".")[0])
+        where = f"{self.path}:{line}" if line else str(self.path)
+        return RecipeError(f"{where}: {problem} (field={field_path})")
+
+
+def _line_map(node: Any, prefix: str = "") -> dict[str, int]:
+    import yaml
+
+    lines: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = f"{prefix}{key_node.value}"
+            lines[key] = key_node.start_mark.line + 1
+            lines.update(_line_map(value_node, key + "."))
+    return lines
+
+
+def _parse(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise RecipeError(f"cannot read recipe (path={path}, {error.strerror})") from error
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "unreadable YAML"
+        raise RecipeError(f"{path}{line}: malformed YAML: {problem}") from error
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a mapping of fields, not {type(data).__name__}")
+    return data, _line_map(node)
+
+
+def _text(where: _Located, data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise where.error(key, f"{key} is required")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise where.error(key, f"{key} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _mapping(where: _Located, data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise where.error(key, f"{key} must be a mapping, not {type(value).__name__}")
+    for item_key, item in value.items():
+        if not isinstance(item_key, str):
+            raise where.error(key, f"{key} keys must be strings, not {item_key!r}")
+        if isinstance(item, (dict, list)):
+            raise where.error(f"{key}.{item_key}", f"{key}.{item_key} must be a scalar, not {type(item).__name__}")
+    return value
+
+
+def _port(where: _Located, value: Any, field_path: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise where.error(field_path, f"{field_path} is {value!r}; it must be an integer from 1 to 65535")
+    return value
+
+
+def _readiness(where: _Located, data: Mapping[str, Any]) -> Readiness:
+    raw = data.get("readiness") or {}
+    if not isinstance(raw, dict):
+        raise where.error("readiness", f"readiness must be a mapping, not {type(raw).__name__}")
+    for key in raw:
+        if key not in _READINESS_FIELDS:
+            raise where.error(
+                f"readiness.{key}", f"unknown field readiness.{key}; expected {', '.join(_READINESS_FIELDS)}"
+            )
+    path = raw.get("http_path")
+    if path is not None and (not isinstance(path, str) or not path.startswith("/")):
+        raise where.error("readiness.http_path", f"readiness.http_path is {path!r}; it must start with '/'")
+    timeout = raw.get("timeout", 60.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86_400:
+        raise where.error("readiness.timeout", f"readiness.timeout is {timeout!r}; it must be seconds in (0, 86400]")
+    return Readiness(http_path=path, timeout=float(timeout))
+
+
+def _hosts(where: _Located, data: Mapping[str, Any]) -> tuple[str, ...]:
+    hosts = data.get("hosts", ["localhost"])
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h.strip() for h in hosts):
+        raise where.error("hosts", f"hosts must be a non-empty list of host names, not {hosts!r}")
+    return tuple(hosts)
+
+
+def load_recipe(path: Path | str) -> Recipe:
+    """Read and validate one recipe file; errors name the file, line and field."""
+    path = Path(path)
+    data, lines = _parse(path)
+    where = _Located(path, lines)
+    for key in data:
+        if key not in _FIELDS:
+            close = difflib.get_close_matches(str(key), _FIELDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise where.error(str(key), f"unknown field {key!r}{hint}")
+    version = data.get("recipe_version")
+    if str(version) != RECIPE_VERSION:
+        raise where.error("recipe_version", f'recipe_version is {version!r}; this sparkrun reads version "1"')
+    name = _text(where, data, "name", required=True)
+    if not _NAME.fullmatch(name):
+        raise where.error("name", f"name {name!r} must be lowercase letters, digits, '.', '_' or '-' (at most 63)")
+    runtime = _text(where, data, "runtime", required=True)
+    if runtime not in RUNTIMES:
+        raise where.error("runtime", f"runtime is {runtime!r}; supported: {', '.join(RUNTIMES)}")
+    command = _text(where, data, "command", required=True)
+    try:
+        list(string.Formatter().parse(command))
+    except ValueError as error:
+        raise where.error("command", f"command is not a valid template: {error}") from None
+    return Recipe(
+        name=name,
+        command=command,
+        path=path.resolve(),
+        runtime=runtime,
+        description=_text(where, data, "description") or "",
+        defaults=_mapping(where, data, "defaults"),
+        env={key: str(value) for key, value in _mapping(where, data, "env").items()},
+        hosts=_hosts(where, data),
+        port=_port(where, data.get("port"), "port"),
+        readiness=_readiness(where, data),
+        image=_text(where, data, "image"),
+        model=_text(where, data, "model"),
+        lines=lines,
+    )
+
+
+def recipe_dirs(config_values: Mapping[str, Any], config_dir: Path | None) -> list[Path]:
+    """Where recipes are looked up by name: ``./recipes``, the config dir's, then ``recipe_dirs``."""
+    dirs = [Path.cwd() / "recipes"]
+    if config_dir is not None:
+        dirs.append(config_dir / "recipes")
+    extra = config_values.get("recipe_dirs") or []
+    if isinstance(extra, str):
+        extra = [extra]
+    if not isinstance(extra, list):
+        raise RecipeError(f"recipe_dirs in the configuration must be a list of directories, not {extra!r}")
+    dirs.extend(Path(str(item)).expanduser() for item in extra)
+    return dirs
+
+
+def _names_in(directories: Sequence[Path]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for directory in directories:
+        if directory.is_dir():
+            for candidate in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+                found.setdefault(candidate.stem, candidate)
+    return found
+
+
+def find_recipe(reference: str, directories: Sequence[Path]) -> Recipe:
+    """A recipe by path (anything with a slash or a YAML suffix) or by name."""
+    as_path = Path(reference).expanduser()
+    if "/" in reference or as_path.suffix in (".yaml", ".yml"):
+        if not as_path.is_file():
+            raise RecipeError(f"no recipe file at this path (recipe={reference})")
+        return load_recipe(as_path)
+    known = _names_in(directories)
+    if reference in known:
+        return load_recipe(known[reference])
+    close = difflib.get_close_matches(reference, list(known), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    searched = ", ".join(str(d) for d in directories)
+    raise RecipeError(f"unknown recipe (recipe={reference!r}, searched {searched}){hint}")
+
+
+def render_command(recipe: Recipe, values: Mapping[str, Any]) -> str:
+    """Fill the command template; a placeholder without a value is an error naming it."""
+    merged = {
+        **recipe.defaults,
+        "name": recipe.name,
+        "python": sys.executable,
+        "recipe_dir": str(recipe.path.parent),
+        **values,
+    }
+    missing = [name for name in recipe.placeholders() if name not in merged]
+    if missing:
+        line = recipe.lines.get("command")
+        where = f"{recipe.path}:{line}" if line else str(recipe.path)
+        raise RecipeError(
+            f"{where}: command placeholder {{{missing[0]}}} has no value; "
+            f"set it in defaults or with --set {missing[0]}=VALUE (field=command)"
+        )
+    return recipe.command.format_map(merged)
