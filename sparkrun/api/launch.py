@@ -20,7 +20,7 @@ from sparkrun.config import default_config_path
 from sparkrun.core.context import SparkrunContext
 from sparkrun.core.deployments import Deployment, DeploymentStore
 from sparkrun.core.distribution import DistributionRequest, provider_for
-from sparkrun.core.executors import ProcessExecutor, executor_for
+from sparkrun.core.executors import Executor, executor_for
 from sparkrun.core.launch_progress import LaunchPhaseTracker
 from sparkrun.core.operation import Operation, operation_scope
 from sparkrun.core.recipes import BUILTIN_PLACEHOLDERS, Recipe, find_recipe, recipe_dirs, render_command
@@ -70,7 +70,7 @@ class _Plan:
     port: int
     argv: list[str]
     command: str
-    executor: ProcessExecutor
+    executor: Executor
 
 
 def _prepare(options: RunOptions, sctx: SparkrunContext, store: DeploymentStore) -> _Plan:

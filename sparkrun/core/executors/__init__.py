@@ -8,11 +8,41 @@ behind the same interface later.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
 
 from sparkrun.core.executors.process import ProcessExecutor
+from sparkrun.core.recipes import Readiness
 from sparkrun.errors import LaunchError
 
-__all__ = ["ProcessExecutor", "executor_for", "is_local_host"]
+__all__ = ["Executor", "ProcessExecutor", "executor_for", "is_local_host"]
+
+
+class Executor(Protocol):
+    """What the launch pipeline needs from a host; an SSH executor implements the same."""
+
+    def argv(self, command: str) -> list[str]: ...
+
+    def check_port_free(self, port: int) -> None: ...
+
+    def start(
+        self, argv: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path
+    ) -> tuple[int, int | None]: ...
+
+    def wait_ready(
+        self,
+        pid: int,
+        start_ticks: int | None,
+        *,
+        port: int,
+        readiness: Readiness,
+        log_path: Path,
+        on_step: Callable[[int, int, str], None],
+    ) -> None: ...
+
+    def stop(self, pid: int, start_ticks: int | None, *, grace: float = 5.0) -> str: ...
+
 
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 
@@ -21,7 +51,7 @@ def is_local_host(host: str) -> bool:
     return host in _LOCAL_NAMES or host in (socket.gethostname(), socket.getfqdn())
 
 
-def executor_for(host: str) -> ProcessExecutor:
+def executor_for(host: str) -> Executor:
     """The executor that can run workloads on ``host``."""
     if not is_local_host(host):
         raise LaunchError(f"remote hosts are not supported yet; only localhost runs workloads (host={host})")
