@@ -7,7 +7,15 @@ derives from :class:`SparkrunError`.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DeploymentError", "LaunchError", "OperationCancelled", "RecipeError", "SparkrunError"]
+__all__ = [
+    "ConfigError",
+    "DaemonError",
+    "DeploymentError",
+    "LaunchError",
+    "OperationCancelled",
+    "RecipeError",
+    "SparkrunError",
+]
 
 
 class SparkrunError(Exception):
@@ -32,3 +40,7 @@ class LaunchError(SparkrunError):
 
 class DeploymentError(SparkrunError):
     """A deployment is unknown, already running, or cannot be stopped."""
+
+
+class DaemonError(SparkrunError):
+    """The daemon cannot start, is not running, or answered with an error."""

@@ -175,10 +175,11 @@ def doctor(ctx: click.Context, state_dir: Path | None, as_json: bool, events_jso
 
 
 def _register_subcommands() -> None:
+    from sparkrun.cli.daemon import daemon
     from sparkrun.cli.trace import trace
     from sparkrun.cli.workloads import logs, run, status, stop
 
-    for command in (run, stop, status, logs, trace):
+    for command in (run, stop, status, logs, trace, daemon):
         cli.add_command(command)
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "Outcome",
     "Subscriber",
     "add_observer",
+    "bind_process_default",
     "current_operation",
     "new_operation_id",
     "operation_scope",
@@ -118,6 +119,7 @@ class Operation:
         "error",
         "info",
         "outcome",
+        "redact",
     )
 
     def __init__(
@@ -127,8 +129,11 @@ class Operation:
         subscriber: Subscriber | None = None,
         observers: Iterable[OperationObserver] = (),
         context: SparkrunContext | None = None,
+        operation_id: str | None = None,
     ) -> None:
-        self.info = OperationInfo(new_operation_id(), check_text("operation name", name), time.time())
+        if operation_id is not None and not _is_operation_id(operation_id):
+            raise ValueError(f"operation_id is {operation_id!r}; it must be 32 lowercase hex characters, not all zero")
+        self.info = OperationInfo(operation_id or new_operation_id(), check_text("operation name", name), time.time())
         self.context = context
         self.outcome: Outcome | None = None
         self.error: BaseException | None = None
@@ -137,6 +142,8 @@ class Operation:
         self._lock = threading.Lock()
         self._delivering: int | None = None
         self._cancel = threading.Event()
+        #: Applied to every event before anyone sees it (the daemon worker's secret redaction).
+        self.redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def __repr__(self) -> str:
         return f"<Operation {self.info.name} {self.info.operation_id} outcome={self.outcome}>"
@@ -184,6 +191,8 @@ class Operation:
         with self._lock:
             self._delivering = ident
             try:
+                if self.redact is not None:
+                    event = self.redact(event)
                 subscriber = self._subscriber
                 if subscriber is not None:
                     try:
@@ -219,9 +228,27 @@ class Operation:
         self._notify(lambda observer: observer.operation_finished(self.info, outcome, error))
 
 
+_process_default: Operation | None = None
+
+
 def current_operation() -> Operation | None:
-    """The operation of the calling context, if any."""
-    return _current.get()
+    """The operation of the calling context, else the process default (see :func:`bind_process_default`)."""
+    return _current.get() or _process_default
+
+
+def bind_process_default(operation: Operation | None) -> None:
+    """Make ``operation`` current wherever no context says otherwise, for the whole process.
+
+    Only for processes that run a single operation (daemon workers): plain
+    threads a legacy plugin starts without context then still reach the
+    operation through the logging bridge.
+    """
+    global _process_default
+    _process_default = operation
+
+
+def _is_operation_id(value: str) -> bool:
+    return len(value) == 32 and value != "0" * 32 and all(c in "0123456789abcdef" for c in value)
 
 
 def _outcome_of(error: BaseException) -> Outcome:
@@ -234,6 +261,7 @@ def operation_scope(
     *,
     name: str,
     observers: Iterable[OperationObserver] = (),
+    operation_id: str | None = None,
 ) -> Iterator[Operation]:
     """Run the enclosed block as one operation and record its outcome.
 
@@ -243,7 +271,8 @@ def operation_scope(
     several API calls reports as one operation. Events go to ``sctx.events``
     and to the observers of the scope, of ``sctx.observers`` and of the
     process (see :func:`add_observer` and the ``sparkrun.observers`` entry
-    point group).
+    point group). ``operation_id`` is for callers that announced the id before
+    the work started (the daemon returns it when a job is submitted).
     """
     running = _current.get()
     if running is not None and (sctx is None or running.context is sctx):
@@ -258,6 +287,7 @@ def operation_scope(
         subscriber=sctx.events if sctx is not None else None,
         observers=(*observers, *context_observers, *process_wide),
         context=sctx,
+        operation_id=operation_id,
     )
     token = _current.set(operation)
     if sctx is not None:

@@ -1,0 +1,1 @@
+"""The sparkrun daemon: job journal, workers and the HTTP API that serves them."""

@@ -1,0 +1,111 @@
+"""A small synchronous client of the daemon's HTTP API (httpx)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkrun.daemon.server import DaemonPaths, daemon_info, read_token
+from sparkrun.errors import DaemonError
+
+__all__ = ["DaemonClient", "StreamEvent"]
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One Server-Sent Event: ``name`` is ``message`` for journal events, else ``gap`` or ``end``."""
+
+    name: str
+    data: dict[str, Any]
+    seq: int | None
+
+
+class DaemonClient:
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+
+    @classmethod
+    def for_state(cls, state_dir: Path) -> DaemonClient:
+        """The client of the daemon running for ``state_dir``."""
+        paths = DaemonPaths(state_dir)
+        info = daemon_info(paths)
+        if info is None:
+            raise DaemonError(
+                f"no daemon runs for this state directory (state_dir={state_dir}); "
+                "start one with `sparkrun daemon start`"
+            )
+        return cls(info["url"], read_token(paths))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise DaemonError(f"the daemon did not answer (url={self.url}, {type(error).__name__}: {error})") from None
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error", response.text)
+            except ValueError:
+                message = response.text
+            raise DaemonError(f"{message} (status={response.status_code})")
+        return response.json()
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/health")
+
+    def submit(self, operation: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/v1/jobs", json={"operation": operation, "arguments": arguments})
+
+    def jobs(self, limit: int = 100) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/jobs", params={"limit": limit})["jobs"]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/jobs/{job_id}")
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/jobs/{job_id}/cancel")
+
+    def prompts(self, job_id: str) -> list[dict[str, Any]]:
+        return self._call("GET", f"/v1/jobs/{job_id}/prompts")["prompts"]
+
+    def answer(self, job_id: str, prompt_id: str, value: Any) -> None:
+        self._call("POST", f"/v1/jobs/{job_id}/prompts/{prompt_id}", json={"answer": value})
+
+    def events(self, job_id: str, *, after: int = 0, follow: bool = True) -> Iterator[StreamEvent]:
+        """The job's event stream from ``after`` on; ends after the ``end`` event (or at once without follow)."""
+        params = {"after": after, "follow": "true" if follow else "false"}
+        with self._http.stream("GET", f"/v1/jobs/{job_id}/events", params=params, timeout=None) as response:
+            if response.status_code >= 400:
+                response.read()
+                body = response.json()
+                extra = f", first_retained={body['first_retained']}" if "first_retained" in body else ""
+                raise DaemonError(f"{body.get('error')} (status={response.status_code}{extra})")
+            name, data, seq = "message", [], None
+            for line in response.iter_lines():
+                if line.startswith(":"):
+                    continue
+                if line:
+                    field, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if field == "event":
+                        name = value
+                    elif field == "data":
+                        data.append(value)
+                    elif field == "id":
+                        seq = int(value)
+                    continue
+                if data:
+                    yield StreamEvent(name, json.loads("\n".join(data)), seq)
+                    if name == "end":
+                        return
+                name, data, seq = "message", [], None

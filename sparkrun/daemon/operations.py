@@ -1,0 +1,185 @@
+"""Operations the daemon can run as jobs, and validation of their arguments.
+
+The built-ins are the launch pipeline's API calls; plugins add more with
+:func:`register_operation`, from modules listed under ``daemon.plugins`` in
+the configuration (imported by the daemon and by every worker) or through
+the ``sparkrun.daemon_operations`` entry point group.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkrun.core.context import SparkrunContext
+from sparkrun.core.entry_points import load_group_once
+from sparkrun.errors import SparkrunError
+
+__all__ = [
+    "DaemonOperation",
+    "Param",
+    "Prompter",
+    "UnknownOperation",
+    "find_operation",
+    "load_plugins",
+    "operation_names",
+    "register_operation",
+]
+
+ENTRY_POINT_GROUP = "sparkrun.daemon_operations"
+
+
+class UnknownOperation(SparkrunError):
+    """No operation of that name is registered."""
+
+
+class Prompter:
+    """How a job asks its user something and waits for the answer (see the worker)."""
+
+    def confirm(self, question: str) -> bool:
+        raise NotImplementedError
+
+    def choice(self, question: str, choices: list[str]) -> str:
+        raise NotImplementedError
+
+    def secret(self, question: str) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument: its JSON type (str, int, float, bool, dict, list) and whether it is required."""
+
+    kind: type
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class DaemonOperation:
+    name: str
+    run: Callable[[SparkrunContext, dict[str, Any], Prompter], Any]
+    params: Mapping[str, Param] = field(default_factory=dict)
+    description: str = ""
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        """Check ``arguments`` against the parameters; errors name the argument and the expected type."""
+        if not isinstance(arguments, dict):
+            raise ValueError(f"arguments must be a JSON object, not {type(arguments).__name__}")
+        for name, value in arguments.items():
+            param = self.params.get(name)
+            if param is None:
+                expected = ", ".join(self.params) or "none"
+                raise ValueError(f"unknown argument {name!r} for operation {self.name} (expected: {expected})")
+            if value is None and not param.required:
+                continue
+            if not _is_kind(value, param.kind):
+                raise ValueError(
+                    f"argument {name} must be {param.kind.__name__}, not {type(value).__name__} ({value!r:.60})"
+                )
+        for name, param in self.params.items():
+            if param.required and arguments.get(name) is None:
+                raise ValueError(f"argument {name} is required for operation {self.name}")
+        return dict(arguments)
+
+
+def _is_kind(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+_registry: dict[str, DaemonOperation] = {}
+_lock = threading.Lock()
+
+
+def register_operation(operation: DaemonOperation) -> None:
+    """Make ``operation`` available to daemon jobs (a later registration of the same name wins)."""
+    with _lock:
+        _registry[operation.name] = operation
+
+
+def load_plugins(modules: Iterable[str]) -> None:
+    """Import plugin modules (they register operations when imported) and the entry points."""
+    for module in modules:
+        importlib.import_module(module)
+    load_group_once(ENTRY_POINT_GROUP, register_operation)
+
+
+def find_operation(name: Any) -> DaemonOperation:
+    _register_builtins()
+    with _lock:
+        operation = _registry.get(name) if isinstance(name, str) else None
+        known = ", ".join(sorted(_registry))
+    if operation is None:
+        raise UnknownOperation(f"unknown operation (operation={name!r}, known: {known})")
+    return operation
+
+
+def operation_names() -> list[str]:
+    _register_builtins()
+    with _lock:
+        return sorted(_registry)
+
+
+def _run(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
+    from sparkrun import api
+
+    options = api.RunOptions(
+        recipe=arguments["recipe"],
+        overrides=arguments.get("overrides") or {},
+        port=arguments.get("port"),
+        name=arguments.get("name"),
+    )
+    return _plain(api.run(options, sctx=sctx))
+
+
+def _stop(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
+    from sparkrun import api
+
+    results = api.stop(arguments.get("name"), all=bool(arguments.get("all")), sctx=sctx)
+    return [_plain(result) for result in results]
+
+
+def _status(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
+    from sparkrun import api
+
+    return [_plain(status) for status in api.status(sctx=sctx)]
+
+
+def _logs(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
+    from sparkrun import api
+
+    return list(api.logs(arguments["name"], tail=arguments.get("tail"), sctx=sctx))
+
+
+def _plain(value: Any) -> Any:
+    from dataclasses import asdict
+
+    return {key: (str(item) if hasattr(item, "__fspath__") else item) for key, item in asdict(value).items()}
+
+
+_builtins_registered = False
+
+
+def _register_builtins() -> None:
+    global _builtins_registered
+    if _builtins_registered:
+        return
+    _builtins_registered = True
+    for operation in (
+        DaemonOperation(
+            "run",
+            _run,
+            {"recipe": Param(str, True), "overrides": Param(dict), "port": Param(int), "name": Param(str)},
+            "Launch a recipe.",
+        ),
+        DaemonOperation("stop", _stop, {"name": Param(str), "all": Param(bool)}, "Stop a deployment."),
+        DaemonOperation("status", _status, {}, "List deployments."),
+        DaemonOperation("logs", _logs, {"name": Param(str, True), "tail": Param(int)}, "Read a deployment's log."),
+    ):
+        _registry.setdefault(operation.name, operation)
