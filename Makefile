@@ -43,6 +43,8 @@ test: lint $(PHOENIX_VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_feedback.py
 	$(PY) benchmarks/bench_otel.py
+	$(PY) benchmarks/bench_journal.py
+	$(PY) benchmarks/bench_stream.py
 
 clean:
 	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

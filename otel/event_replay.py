@@ -45,11 +45,15 @@ def replay(
     meter_provider: Any = None,
     name: str = "replay",
     outcome: Outcome | None = None,
+    started_at: float | None = None,
+    finished_at: float | None = None,
 ) -> list[str]:
     """Export the spans of every operation in ``events``; returns their operation ids.
 
     ``name`` becomes the root span name (``sparkrun.<name>``), since native
-    events do not carry the operation's name.
+    events do not carry the operation's name. A caller that knows more (the
+    daemon's job record) passes the outcome and the operation's start and end
+    times; otherwise the first and last events bound the root span.
     """
     by_operation: dict[str, list[dict[str, Any]]] = {}
     for event in events:
@@ -60,8 +64,10 @@ def replay(
     )
     for operation_id, recorded in by_operation.items():
         recorded.sort(key=lambda event: event["timestamp"])
-        mapper.start(OperationInfo(operation_id, name, recorded[0]["timestamp"]))
+        start = min(started_at, recorded[0]["timestamp"]) if started_at else recorded[0]["timestamp"]
+        end = max(finished_at, recorded[-1]["timestamp"]) if finished_at else recorded[-1]["timestamp"]
+        mapper.start(OperationInfo(operation_id, name, start))
         for event in recorded:
             mapper.handle(operation_id, event)
-        mapper.finish(operation_id, outcome, None, recorded[-1]["timestamp"])
+        mapper.finish(operation_id, outcome, None, end)
     return list(by_operation)

@@ -21,7 +21,7 @@ from sparkrun.core.operation import operation_scope
 from sparkrun.errors import DeploymentError
 from sparkrun.feedback import get_feedback
 
-__all__ = ["DeploymentStatus", "StopResult", "logs", "status", "stop"]
+__all__ = ["DeploymentStatus", "StopResult", "log_start", "logs", "read_new_lines", "status", "stop"]
 
 _FOLLOW_POLL_SECONDS = 0.2
 
@@ -112,25 +112,38 @@ def stop(
         return results
 
 
+def read_new_lines(path: Path, position: int) -> tuple[list[str], int, bool]:
+    """Complete lines written after byte ``position``: (lines, new position, whether any bytes were there).
+
+    A partial last line stays unread until its newline arrives.
+    """
+    try:
+        with open(path, "rb") as file:
+            file.seek(position)
+            data = file.read()
+    except FileNotFoundError:
+        return [], position, False
+    complete = data.rfind(b"\n") + 1
+    return data[:complete].decode("utf-8", errors="replace").splitlines(), position + complete, bool(data)
+
+
+def log_start(path: Path, tail: int | None) -> tuple[list[str], int]:
+    """Where reading a log begins: the last ``tail`` lines and the position after them (all of it without tail)."""
+    if tail is None:
+        return [], 0
+    return last_lines(path, tail), path.stat().st_size if path.exists() else 0
+
+
 def _follow(path: Path, deployment: Deployment, tail: int | None, follow: bool) -> Iterator[str]:
-    position = 0
-    if tail is not None:
-        yield from last_lines(path, tail)
-        position = path.stat().st_size if path.exists() else 0
+    lines, position = log_start(path, tail)
+    yield from lines
     while True:
         ended = follow and not deployment.alive()  # checked before reading, so its last lines are read
-        try:
-            with open(path, "rb") as file:
-                file.seek(position)
-                data = file.read()
-        except FileNotFoundError:
-            data = b""
-        complete = data.rfind(b"\n") + 1  # a partial last line waits for its newline
-        position += complete
-        yield from data[:complete].decode("utf-8", errors="replace").splitlines()
-        if not follow or (ended and not data):
+        lines, position, had_data = read_new_lines(path, position)
+        yield from lines
+        if not follow or (ended and not had_data):
             return
-        if not complete:
+        if not lines:
             time.sleep(_FOLLOW_POLL_SECONDS)
 
 

@@ -49,6 +49,12 @@ def _serve_options(function):  # type: ignore[no-untyped-def]
             click.option(
                 "--max-workers", type=click.IntRange(1, 64), help="Jobs running at once [config daemon.max_workers]."
             ),
+            click.option(
+                "--max-streams",
+                type=click.IntRange(1, 10_000),
+                help="Event streams at once [config daemon.max_streams].",
+            ),
+            click.option("--keepalive", type=click.FloatRange(0.1, 3600), help="Seconds between SSE keepalives [15]."),
             state_dir_option,
         ]
     ):
@@ -66,8 +72,10 @@ def _options(state_dir: Path | None, **given: Any):  # type: ignore[no-untyped-d
         raise UserError(f"the daemon section of the configuration must be a mapping (path={config.path})")
     chosen = {
         key: given[key] if given.get(key) is not None else section.get(key)
-        for key in ("max_events", "max_event_bytes", "max_workers")
+        for key in ("max_events", "max_event_bytes", "max_workers", "max_streams")
     }
+    if given.get("keepalive") is not None:
+        chosen["keepalive_seconds"] = given["keepalive"]
     return ServeOptions(
         state_dir=config.state_dir,
         host=given["host"],
@@ -101,11 +109,16 @@ def start(state_dir: Path | None, timeout: float, **given: Any) -> None:
 
     options = _options(state_dir, **given)
     paths = DaemonPaths(options.state_dir)
-    if daemon_info(paths) is not None:
-        _client(options.state_dir).health()
-        raise UserError(f"a daemon already runs for this state directory (state_dir={options.state_dir})")
+    info = daemon_info(paths)
+    if info is not None:
+        try:
+            os.kill(info["pid"], 0)
+        except ProcessLookupError:
+            paths.info.unlink(missing_ok=True)  # left by a daemon that was killed
+        else:
+            raise UserError(f"a daemon already runs for this state directory (state_dir={options.state_dir})")
     argv = [sys.executable, "-m", "sparkrun", "daemon", "serve", "--state-dir", str(options.state_dir)]
-    for key in ("host", "port", "max_events", "max_event_bytes", "max_workers"):
+    for key in ("host", "port", "max_events", "max_event_bytes", "max_workers", "max_streams", "keepalive"):
         if given.get(key) is not None:
             argv += [f"--{key.replace('_', '-')}", str(given[key])]
     if options.allow_remote:
@@ -143,6 +156,10 @@ def stop(state_dir: Path | None) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and paths.info.exists():
         time.sleep(0.1)
+    if paths.info.exists():
+        raise UserError(
+            f"the daemon did not stop within 20 s (pid={info['pid']}); see {paths.directory / 'daemon.log'}"
+        )
     click.echo(f"daemon stopped (pid {info['pid']})")
 
 
@@ -248,10 +265,10 @@ def show(job_id: str, state_dir: Path | None) -> None:
 @jobs.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the events as NDJSON.")
-@click.option("--after", type=click.IntRange(min=0), default=0, help="Resume after this sequence number.")
+@click.option("--after", type=click.IntRange(min=0), help="Resume after this sequence number [oldest retained].")
 @click.option("--no-follow", is_flag=True, help="Replay what is journaled and stop.")
 @state_dir_option
-def events(job_id: str, as_json: bool, after: int, no_follow: bool, state_dir: Path | None) -> None:
+def events(job_id: str, as_json: bool, after: int | None, no_follow: bool, state_dir: Path | None) -> None:
     """Stream a job's events (rendered like `sparkrun run`)."""
     from sparkrun.cli.live import LiveRenderer
 
@@ -290,9 +307,18 @@ def trace(job_id: str, export: bool, endpoint: str | None, state_dir: Path | Non
     if export:
         import otel
 
-        recorded = [item.data for item in client.events(job_id, follow=False) if item.name == "message"]
+        recorded = [item.data for item in client.events(job_id, after=None, follow=False) if item.name == "message"]
+        if not recorded:
+            raise UserError(f"the journal holds no events for this job (job_id={job_id})")
         telemetry = otel.configure(state_dir=state, set_global=False, endpoint=endpoint)
-        otel.replay(recorded, tracer_provider=telemetry.tracer_provider, name=job["operation"])
+        otel.replay(
+            recorded,
+            tracer_provider=telemetry.tracer_provider,
+            name=job["operation"],
+            outcome=job["state"] if job["state"] in ("succeeded", "failed", "cancelled") else None,
+            started_at=job.get("started_at"),
+            finished_at=job.get("finished_at"),
+        )
         delivered = telemetry.shutdown()
         click.echo(f"exported {len(recorded)} events of operation {job['operation_id']} -> {telemetry.destination}")
         if not delivered:

@@ -224,7 +224,7 @@ def recipe_dirs(config_values: Mapping[str, Any], config_dir: Path | None) -> li
     if not isinstance(extra, list):
         raise RecipeError(f"recipe_dirs in the configuration must be a list of directories, not {extra!r}")
     dirs.extend(Path(str(item)).expanduser() for item in extra)
-    return dirs
+    return list(dict.fromkeys(dirs))  # the same directory once, first position kept
 
 
 def _names_in(directories: Sequence[Path]) -> dict[str, Path]:

@@ -76,7 +76,7 @@ def _job_id(request: Request) -> str:
 
 def _cursor(request: Request) -> int:
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
         raise ValueError(f"the cursor must be a non-negative integer (after={raw[:40]!r})")
     return int(raw)
 
@@ -99,13 +99,17 @@ def create_app(manager: JobManager, settings: DaemonSettings) -> ASGIApp:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
             raise _TooLarge(int(declared))
-        raw = await request.body()
-        if len(raw) > settings.max_body_bytes:
-            raise _TooLarge(len(raw))
+        raw = bytearray()
+        async for chunk in request.stream():  # a chunked body is cut off at the limit, not read whole
+            raw += chunk
+            if len(raw) > settings.max_body_bytes:
+                raise _TooLarge(len(raw))
         try:
-            return json.loads(raw or b"{}")
+            return json.loads(raw or b"{}", parse_constant=_reject_constant)
         except json.JSONDecodeError as error:
             raise ValueError(f"the body is not JSON ({error.msg} at column {error.colno})") from None
+        except RecursionError:
+            raise ValueError("the body is nested too deeply to read") from None
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -177,70 +181,84 @@ def create_app(manager: JobManager, settings: DaemonSettings) -> ASGIApp:
             journal.read(job_id, after=cursor, limit=1)
         except CursorExpired as error:
             return _error(410, "the cursor has expired", first_retained=error.first_retained, after=cursor)
+        return counted_stream(_event_stream(job_id, cursor, follow))
+
+    def counted_stream(content: AsyncIterator[str]) -> Response:
+        """An SSE response holding one subscriber slot from now until it is finished or abandoned."""
         if streams["active"] >= settings.max_streams:
-            return _error(429, f"too many event streams (limit={settings.max_streams})", retry_after=1)
-        return StreamingResponse(
-            _event_stream(job_id, cursor, follow), media_type="text/event-stream", headers=_SSE_HEADERS
-        )
+            response = _error(429, f"too many event streams (limit={settings.max_streams})", retry_after=1)
+            response.headers["Retry-After"] = "1"
+            return response
+        streams["active"] += 1
+        return _CountedStream(content, lambda: streams.__setitem__("active", streams["active"] - 1))
 
     async def _event_stream(job_id: str, cursor: int, follow: bool) -> AsyncIterator[str]:
-        streams["active"] += 1
-        try:
-            after = cursor
-            while True:
-                wake = manager.waiter(job_id)  # registered before reading: no write can slip between
-                try:
-                    rows = journal.read(job_id, after=after, limit=settings.replay_batch)
-                except CursorExpired as error:
-                    yield _sse("gap", {"after": after, "first_retained": error.first_retained})
-                    after = error.first_retained - 1
-                    wake.cancel()
-                    continue
-                if rows:
-                    wake.cancel()
-                    yield "".join(f"id: {seq}\ndata: {text}\n\n" for seq, text in rows)
-                    after = rows[-1][0]
-                    continue
-                job = journal.job(job_id)
-                if job is not None and job.state in TERMINAL_STATES:
-                    wake.cancel()
-                    yield _sse("end", {"state": job.state, "last_seq": job.last_seq})
-                    return
-                if not follow:
-                    wake.cancel()
-                    return
-                try:
-                    await asyncio.wait_for(wake, settings.keepalive_seconds)
-                except TimeoutError:
-                    yield ": keepalive\n\n"
-        finally:
-            streams["active"] -= 1
+        after = cursor
+        while True:
+            wake = manager.waiter(job_id)  # registered before reading: no write can slip between
+            try:
+                rows = journal.read(job_id, after=after, limit=settings.replay_batch)
+            except CursorExpired as error:
+                yield _sse("gap", {"after": after, "first_retained": error.first_retained})
+                after = error.first_retained - 1
+                wake.cancel()
+                continue
+            if rows:
+                wake.cancel()
+                yield "".join(f"id: {seq}\ndata: {text}\n\n" for seq, text in rows)
+                after = rows[-1][0]
+                continue
+            job = journal.job(job_id)
+            if job is not None and job.state in TERMINAL_STATES:
+                wake.cancel()
+                yield _sse("end", {"state": job.state, "last_seq": job.last_seq})
+                return
+            if not follow or manager.closing:
+                wake.cancel()
+                return
+            try:
+                await asyncio.wait_for(wake, settings.keepalive_seconds)
+            except TimeoutError:
+                yield ": keepalive\n\n"
 
     async def logs_stream(request: Request) -> Response:
-        from sparkrun import api
-        from sparkrun.application import initialize
-        from sparkrun.errors import DeploymentError
+        from pathlib import Path
+
+        from sparkrun.api.manage import log_start, read_new_lines
+        from sparkrun.core.deployments import DeploymentStore
 
         name = request.query_params.get("name", "")
         tail = request.query_params.get("tail")
-        if tail is not None and not tail.isdigit():
+        if tail is not None and not (tail.isascii() and tail.isdigit() and len(tail) <= 9):
             raise ValueError(f"tail must be a non-negative integer (tail={tail[:20]!r})")
-        sctx = initialize(state_dir=manager.state_dir)
-        try:
-            lines = api.logs(name, follow=_flag(request, "follow", True), tail=int(tail) if tail else None, sctx=sctx)
-        except DeploymentError as error:
-            return _error(404, str(error))
+        follow = _flag(request, "follow", True)
+        deployment = DeploymentStore(manager.state_dir).load(name)
+        if deployment is None:
+            return _error(404, f"no deployment with this name (deployment={name[:80]!r})")
+        path = Path(deployment.log_path)
 
         async def stream() -> AsyncIterator[str]:
-            iterator = iter(lines)
+            lines, position = log_start(path, int(tail) if tail else None)
+            idle = 0.0
             while True:
-                line = await asyncio.to_thread(next, iterator, None)
-                if line is None:
+                ended = follow and not deployment.alive()
+                if lines:
+                    yield "".join(f"data: {json.dumps(line)}\n\n" for line in lines)
+                new, position, had_data = read_new_lines(path, position)
+                if new:
+                    lines, idle = new, 0.0
+                    continue
+                lines = []
+                if not follow or (ended and not had_data) or manager.closing:
                     yield _sse("end", {"deployment": name})
                     return
-                yield f"data: {json.dumps(line)}\n\n"
+                await asyncio.sleep(0.2)
+                idle += 0.2
+                if idle >= settings.keepalive_seconds:
+                    idle = 0.0
+                    yield ": keepalive\n\n"
 
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return counted_stream(stream())
 
     routes = [
         Route("/v1/health", health),
@@ -254,6 +272,24 @@ def create_app(manager: JobManager, settings: DaemonSettings) -> ASGIApp:
         Route("/v1/streams/logs", guarded(logs_stream)),
     ]
     return _BearerAuth(Starlette(routes=routes), settings.token)
+
+
+class _CountedStream(StreamingResponse):
+    """A Server-Sent Events response that gives its subscriber slot back however it ends."""
+
+    def __init__(self, content: AsyncIterator[str], release: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=_SSE_HEADERS)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"the body holds {name}; JSON numbers must be finite")
 
 
 class _TooLarge(Exception):

@@ -11,7 +11,15 @@ from typing import Any
 from sparkrun.daemon.server import DaemonPaths, daemon_info, read_token
 from sparkrun.errors import DaemonError
 
-__all__ = ["DaemonClient", "StreamEvent"]
+__all__ = ["DaemonClient", "StreamEvent", "StreamExpired", "parse_sse"]
+
+
+class StreamExpired(DaemonError):
+    """The cursor is older than what the journal retains."""
+
+    def __init__(self, message: str, first_retained: int) -> None:
+        super().__init__(message)
+        self.first_retained = first_retained
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,27 @@ class StreamEvent:
     name: str
     data: dict[str, Any]
     seq: int | None
+
+
+def parse_sse(lines: Iterator[str]) -> Iterator[StreamEvent]:
+    """The events of a Server-Sent Events body, given line by line; comments (keepalives) are skipped."""
+    name, data, seq = "message", [], None
+    for line in lines:
+        if line.startswith(":"):
+            continue
+        if line:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+            elif field == "id":
+                seq = int(value)
+            continue
+        if data:
+            yield StreamEvent(name, json.loads("\n".join(data)), seq)
+        name, data, seq = "message", [], None
 
 
 class DaemonClient:
@@ -81,31 +110,29 @@ class DaemonClient:
     def answer(self, job_id: str, prompt_id: str, value: Any) -> None:
         self._call("POST", f"/v1/jobs/{job_id}/prompts/{prompt_id}", json={"answer": value})
 
-    def events(self, job_id: str, *, after: int = 0, follow: bool = True) -> Iterator[StreamEvent]:
-        """The job's event stream from ``after`` on; ends after the ``end`` event (or at once without follow)."""
+    def events(self, job_id: str, *, after: int | None = 0, follow: bool = True) -> Iterator[StreamEvent]:
+        """The job's event stream after ``after``; ends after the ``end`` event (or at once without follow).
+
+        ``after=None`` means "from the oldest retained event", whatever was trimmed.
+        """
+        if after is None:
+            try:
+                yield from self.events(job_id, after=0, follow=follow)
+            except StreamExpired as expired:
+                yield from self.events(job_id, after=expired.first_retained - 1, follow=follow)
+            return
         params = {"after": after, "follow": "true" if follow else "false"}
         with self._http.stream("GET", f"/v1/jobs/{job_id}/events", params=params, timeout=None) as response:
             if response.status_code >= 400:
                 response.read()
                 body = response.json()
-                extra = f", first_retained={body['first_retained']}" if "first_retained" in body else ""
-                raise DaemonError(f"{body.get('error')} (status={response.status_code}{extra})")
-            name, data, seq = "message", [], None
-            for line in response.iter_lines():
-                if line.startswith(":"):
-                    continue
-                if line:
-                    field, _, value = line.partition(":")
-                    value = value[1:] if value.startswith(" ") else value
-                    if field == "event":
-                        name = value
-                    elif field == "data":
-                        data.append(value)
-                    elif field == "id":
-                        seq = int(value)
-                    continue
-                if data:
-                    yield StreamEvent(name, json.loads("\n".join(data)), seq)
-                    if name == "end":
-                        return
-                name, data, seq = "message", [], None
+                if "first_retained" in body:
+                    raise StreamExpired(
+                        f"{body.get('error')} (status={response.status_code}, first_retained={body['first_retained']})",
+                        body["first_retained"],
+                    )
+                raise DaemonError(f"{body.get('error')} (status={response.status_code})")
+            for event in parse_sse(response.iter_lines()):
+                yield event
+                if event.name == "end":
+                    return

@@ -60,6 +60,8 @@ class JobManager:
         self.max_workers = max_workers
         self.plugins = list(plugins or [])
         self._running: dict[str, _Running] = {}
+        self._slots = 0  # jobs started or starting: counted before the worker is spawned
+        self._closing = False
         self._queue: deque[str] = deque()
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -91,8 +93,9 @@ class JobManager:
         return self.journal.job(job.job_id) or job
 
     def _start_queued(self) -> None:
-        while self._queue and len(self._running) < self.max_workers:
+        while self._queue and self._slots < self.max_workers and not self._closing:
             job_id = self._queue.popleft()
+            self._slots += 1
             task = asyncio.get_running_loop().create_task(self._run(job_id))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -118,6 +121,13 @@ class JobManager:
                 log.flush()
 
     async def _run(self, job_id: str) -> None:
+        try:
+            await self._run_worker(job_id)
+        finally:
+            self._slots -= 1
+            self._start_queued()
+
+    async def _run_worker(self, job_id: str) -> None:
         job = self.journal.job(job_id)
         if job is None or job.state != "queued":
             return
@@ -147,7 +157,6 @@ class JobManager:
             await log_task
             self._running.pop(job_id, None)
             self._conclude(job_id, running, code)
-            self._start_queued()
 
     async def _pump(self, job_id: str, running: _Running, stream: asyncio.StreamReader) -> None:
         pending = b""
@@ -260,12 +269,26 @@ class JobManager:
                 continue
 
     async def shutdown(self) -> None:
-        """Stop every worker (the daemon is exiting); their jobs end as cancelled."""
+        """Stop every worker (the daemon is exiting); running and queued jobs end as cancelled."""
+        self._closing = True
+        for waiters in list(self._waiters.values()):  # wake every stream so it can end
+            for future in waiters:
+                if not future.done():
+                    future.set_result(None)
+        while self._queue:
+            self._finish(
+                self._queue.popleft(), "cancelled", error={"type": "Cancelled", "message": "the daemon stopped"}
+            )
         for running in list(self._running.values()):
             running.cancelled = True
             await self._terminate(running.process)
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=10)
+
+    @property
+    def closing(self) -> bool:
+        """Whether the daemon is shutting down (streams end instead of waiting)."""
+        return self._closing
 
     # -- wake-ups for stream subscribers ---------------------------------------------
 

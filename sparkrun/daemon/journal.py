@@ -31,7 +31,6 @@ STATES = ("queued", "running", "waiting_input", *TERMINAL_STATES)
 
 _UPDATABLE = ("state", "started_at", "finished_at", "result", "error", "worker_pid")
 _JSON_COLUMNS = ("arguments", "result", "error")
-_INSERT_EVENT = "INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -131,6 +130,9 @@ class Journal:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        # A checkpoint stalls the writer on two fsyncs; every 4000 pages (~16 MB of WAL)
+        # instead of 1000 pays them a quarter as often and merges repeated page writes.
+        self._db.execute("PRAGMA wal_autocheckpoint=4000")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
 
@@ -281,7 +283,8 @@ class Journal:
             yield
             self._db.execute("COMMIT")
         except BaseException:
-            _rollback(self._db)
+            if self._db.in_transaction:  # SQLite may have rolled back already (e.g. disk full)
+                self._db.execute("ROLLBACK")
             raise
 
     def _job(self, job_id: str) -> JobRecord | None:
@@ -312,31 +315,18 @@ class Journal:
             seq += 1
         counters.next_seq = seq
         # Oldest first; the newest event always stays, even alone above the byte bound.
-        while len(retained) > 1 and (len(retained) > self.max_events or counters.size > self.max_event_bytes):
+        for _ in range(len(retained) - self.max_events):
+            counters.size -= retained.popleft()[1]
+        while counters.size > self.max_event_bytes and len(retained) > 1:
             counters.size -= retained.popleft()[1]
         first = retained[0][0]
         # Events trimmed within this very batch are never written at all.
         rows = [(job_id, n, body) for n, body in enumerate(bodies, start) if n >= first]
-        db = self._db
-        db.execute("BEGIN")
-        try:
+        with self._transaction():
             if first > first_before:
-                db.execute("DELETE FROM events WHERE job_id = ? AND seq < ?", (job_id, first))
-            if len(rows) == 1:
-                db.execute(_INSERT_EVENT, rows[0])
-            else:
-                db.executemany(_INSERT_EVENT, rows)
-            db.execute("COMMIT")
-        except BaseException:
-            _rollback(db)
-            raise
+                self._db.execute("DELETE FROM events WHERE job_id = ? AND seq < ?", (job_id, first))
+            self._db.executemany("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)", rows)
         return list(range(start, seq))
-
-
-def _rollback(db: sqlite3.Connection) -> None:
-    # SQLite may already have rolled back by itself (e.g. a failed COMMIT on a full disk).
-    if db.in_transaction:
-        db.execute("ROLLBACK")
 
 
 # One shared encoder: json.dumps() with separators builds a new encoder on every call.

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -127,9 +128,22 @@ async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
     journal.prune()
     settings = DaemonSettings(token=token, max_streams=options.max_streams, keepalive_seconds=options.keepalive_seconds)
     config = uvicorn.Config(
-        create_app(manager, settings), host=options.host, port=options.port, log_level="warning", lifespan="off"
+        create_app(manager, settings),
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        lifespan="off",
+        timeout_graceful_shutdown=5,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+
+    async def stop() -> None:
+        await manager.shutdown()  # jobs end first, so open streams get their end event and close
+        server.request_exit()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: loop.create_task(stop()))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -146,6 +160,24 @@ async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
         await manager.shutdown()
         journal.close()
         paths.info.unlink(missing_ok=True)
+
+
+class _Server:
+    """uvicorn's server, minus its signal handling: it re-raises the signal after
+    shutting down, which would kill the daemon before it stops its workers."""
+
+    def __new__(cls, config: Any) -> Any:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self):  # type: ignore[no-untyped-def, override]
+                yield
+
+            def request_exit(self) -> None:
+                self.should_exit = True
+
+        return Server(config)
 
 
 def serve(options: ServeOptions) -> None:

@@ -50,7 +50,7 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {key: self.value(item) for key, item in value.items()}
+            return {self.text(key) if isinstance(key, str) else key: self.value(item) for key, item in value.items()}
         if isinstance(value, list):
             return [self.value(item) for item in value]
         return value
