@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # it is large and pulls in dependencies the project must not see.
 PHOENIX_VENV ?= .venv-phoenix
 
-.PHONY: demo test lint bench clean phoenix
+.PHONY: demo test lint bench clean phoenix prometheus
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ $(PHOENIX_VENV)/.installed:
 
 phoenix: $(PHOENIX_VENV)/.installed
 
+# Debian's Prometheus server, which the dashboard validation runs for real.
+prometheus:
+	@command -v prometheus >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
 # The main job: launch the example chat server from its recipe, show it, show the
 # operation's trace, ask it something, and stop it (state kept in .state/demo).
 demo: $(VENV)/.installed
@@ -37,7 +42,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint $(PHOENIX_VENV)/.installed
+test: lint $(PHOENIX_VENV)/.installed prometheus
 	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python $(PY) -m pytest
 
 bench: $(VENV)/.installed

@@ -15,7 +15,10 @@ from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 
-__all__ = ["SparkrunMetrics"]
+__all__ = ["DURATION_BUCKETS", "SparkrunMetrics"]
+
+#: Seconds; launches, relays and benchmarks run for seconds to an hour.
+DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
 
 class SparkrunMetrics:
@@ -26,41 +29,55 @@ class SparkrunMetrics:
 
         meter: Meter = meter_provider.get_meter("sparkrun", __version__)
         self._lock = threading.Lock()
-        self._events: dict[tuple[str, str], int] = defaultdict(int)
-        self._bytes: dict[str, int | float] = defaultdict(int)
+        self._events: dict[tuple[str, str, str | None], int] = defaultdict(int)
+        self._bytes: dict[tuple[str, str | None], int | float] = defaultdict(int)
         meter.create_observable_counter(
             "sparkrun.feedback.events",
             callbacks=[self._observe_events],
             unit="{event}",
-            description="Feedback reports, by source and level.",
+            description="Feedback reports, by source, level and host.",
         )
         meter.create_observable_counter(
             "sparkrun.transfer.bytes",
             callbacks=[self._observe_bytes],
             unit="By",
-            description="Bytes transferred, from counters whose unit is bytes, by source.",
+            description="Bytes transferred, from counters whose unit is bytes, by source and host.",
+        )
+        self._coalesced = meter.create_counter(
+            "sparkrun.feedback.coalesced",
+            unit="{event}",
+            description="Reports not kept as span events (coalesced within the span event limit), by source.",
         )
         self._activity_duration = meter.create_histogram(
-            "sparkrun.activity.duration", unit="s", description="Activity durations, by source and final status."
+            "sparkrun.activity.duration",
+            unit="s",
+            description="Activity durations, by source, final stage and final status.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
         self._operation_duration = meter.create_histogram(
-            "sparkrun.operation.duration", unit="s", description="Operation durations, by operation and outcome."
+            "sparkrun.operation.duration",
+            unit="s",
+            description="Operation durations, by operation and outcome.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
         self._active = meter.create_up_down_counter(
             "sparkrun.operations.active", unit="{operation}", description="Operations running now."
         )
 
-    def count_event(self, source: str, level: str) -> None:
-        key = (source, level)
+    def count_event(self, source: str, level: str, host: str | None = None) -> None:
+        key = (source, level, host)
         with self._lock:
             self._events[key] += 1
 
-    def add_bytes(self, source: str, amount: int | float) -> None:
+    def add_bytes(self, source: str, amount: int | float, host: str | None = None) -> None:
         with self._lock:
-            self._bytes[source] += amount
+            self._bytes[(source, host)] += amount
 
-    def activity_ended(self, source: str, status: str, seconds: float) -> None:
-        self._activity_duration.record(seconds, {"sparkrun.source": source, "sparkrun.status": status})
+    def activity_ended(self, source: str, status: str, seconds: float, stage: str | None, coalesced: int) -> None:
+        labels = {"sparkrun.source": source, "sparkrun.status": status, "sparkrun.stage": stage or "none"}
+        self._activity_duration.record(seconds, labels)
+        if coalesced:
+            self._coalesced.add(coalesced, {"sparkrun.source": source})
 
     def operation_started(self, name: str) -> None:
         self._active.add(1, {"sparkrun.operation": name})
@@ -72,9 +89,16 @@ class SparkrunMetrics:
     def _observe_events(self, options: CallbackOptions) -> Iterable[Observation]:
         with self._lock:
             counts = list(self._events.items())
-        return [Observation(n, {"sparkrun.source": s, "sparkrun.level": lv}) for (s, lv), n in counts]
+        return [Observation(n, _labels(s, h, {"sparkrun.level": lv})) for (s, lv, h), n in counts]
 
     def _observe_bytes(self, options: CallbackOptions) -> Iterable[Observation]:
         with self._lock:
             sums = list(self._bytes.items())
-        return [Observation(amount, {"sparkrun.source": source}) for source, amount in sums]
+        return [Observation(amount, _labels(source, host)) for (source, host), amount in sums]
+
+
+def _labels(source: str, host: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    labels = {"sparkrun.source": source, **(extra or {})}
+    if host is not None:
+        labels["host.name"] = host
+    return labels

@@ -80,6 +80,7 @@ class _Activity:
         "current",
         "ended",
         "error_type",
+        "host",
         "last_added_at",
         "last_message",
         "pending",
@@ -97,6 +98,7 @@ class _Activity:
 
     def __init__(self, span: Span, source: str, started_at: float) -> None:
         self.span, self.source, self.started_at = span, source, started_at
+        self.host: str | None = None
         self.stage = self.status = self.total_kind = self.unit = self.error_type = None
         self.current = self.total = None
         self.pending: dict[str, Any] | None = None
@@ -144,7 +146,7 @@ class _OperationTrace:
         activity.reports += 1
         level = event["level"]
         if self._metrics is not None:
-            self._metrics.count_event(activity.source, level)
+            self._metrics.count_event(activity.source, level, activity.host)
         stage = event.get("stage")
         status = event.get("status")
         significant = first or level in _SIGNIFICANT_LEVELS
@@ -187,7 +189,7 @@ class _OperationTrace:
             activity.source = event["source"]
         attributes: dict[str, Any] = {"sparkrun.source": event["source"], "sparkrun.synthesized": False}
         if "host" in event:
-            attributes["host.name"] = event["host"]
+            attributes["host.name"] = activity.host = event["host"]
         if "parent_id" in event:
             attributes["sparkrun.parent_id"] = event["parent_id"]  # its span stays under the root
         span.set_attributes(attributes)
@@ -202,7 +204,7 @@ class _OperationTrace:
         if unit is not None:
             activity.unit = unit
         if activity.unit == "bytes" and self._metrics is not None and current > activity.bytes_seen:
-            self._metrics.add_bytes(activity.source, current - activity.bytes_seen)
+            self._metrics.add_bytes(activity.source, current - activity.bytes_seen, activity.host)
             activity.bytes_seen = current
 
     def _open(self, activity_id: str, event: dict[str, Any], *, synthesized: bool) -> _Activity:
@@ -230,6 +232,7 @@ class _OperationTrace:
         )
         activity = _Activity(span, event["source"], event["timestamp"])
         activity.synthesized = synthesized
+        activity.host = None if synthesized else event.get("host")
         self._activities[activity_id] = activity
         return activity
 
@@ -270,7 +273,8 @@ class _OperationTrace:
         span.end(_ns(end_time))
         if self._metrics is not None:
             status = "unfinished" if unfinished else activity.status or "unknown"
-            self._metrics.activity_ended(activity.source, status, max(0.0, end_time - activity.started_at))
+            seconds = max(0.0, end_time - activity.started_at)
+            self._metrics.activity_ended(activity.source, status, seconds, activity.stage, activity.coalesced)
 
     # -- other event types ------------------------------------------------------------
 

@@ -109,6 +109,7 @@ def stop(
             store.remove(deployment.name)
             activity.progress(f"{deployment.name}: {outcome}", stage="stop", status="succeeded")
             results.append(StopResult(deployment.name, outcome))
+        feedback.progress(f"Stopped {len(results)} deployment(s)", stage="stop", status="succeeded")
         return results
 
 

@@ -55,6 +55,7 @@ def _serve_options(function):  # type: ignore[no-untyped-def]
                 help="Event streams at once [config daemon.max_streams].",
             ),
             click.option("--keepalive", type=click.FloatRange(0.1, 3600), help="Seconds between SSE keepalives [15]."),
+            click.option("--no-metrics", is_flag=True, help="Do not serve GET /metrics (Prometheus)."),
             state_dir_option,
         ]
     ):
@@ -82,6 +83,7 @@ def _options(state_dir: Path | None, **given: Any):  # type: ignore[no-untyped-d
         port=given["port"],
         allow_remote=given["allow_remote"],
         plugins=tuple(section.get("plugins") or ()),
+        metrics=not given.get("no_metrics"),
         **{key: value for key, value in chosen.items() if value is not None},
     )
 
@@ -123,6 +125,8 @@ def start(state_dir: Path | None, timeout: float, **given: Any) -> None:
             argv += [f"--{key.replace('_', '-')}", str(given[key])]
     if options.allow_remote:
         argv.append("--allow-remote")
+    if not options.metrics:
+        argv.append("--no-metrics")
     paths.directory.mkdir(parents=True, exist_ok=True)
     with open(paths.directory / "daemon.log", "ab") as log:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)

@@ -29,7 +29,7 @@ from sparkrun.daemon.jobs import JobConflict, JobManager, PromptError
 from sparkrun.daemon.journal import TERMINAL_STATES, CursorExpired, UnknownJob
 from sparkrun.daemon.operations import UnknownOperation
 
-__all__ = ["DaemonSettings", "create_app"]
+__all__ = ["DaemonSettings", "StreamSlots", "create_app"]
 
 _JOB_ID = re.compile(r"[0-9a-f]{32}")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -42,6 +42,13 @@ class DaemonSettings:
     max_streams: int = 64
     keepalive_seconds: float = 15.0
     replay_batch: int = 1000
+
+
+class StreamSlots:
+    """How many event and log streams are open (shared with the metrics)."""
+
+    def __init__(self) -> None:
+        self.active = 0
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -90,10 +97,16 @@ def _flag(request: Request, name: str, default: bool) -> bool:
     return raw.lower() in ("1", "true", "yes")
 
 
-def create_app(manager: JobManager, settings: DaemonSettings) -> ASGIApp:
-    """The ASGI application of one daemon."""
+def create_app(
+    manager: JobManager,
+    settings: DaemonSettings,
+    *,
+    slots: StreamSlots | None = None,
+    metrics: Callable[[], bytes] | None = None,
+) -> ASGIApp:
+    """The ASGI application of one daemon; ``metrics`` renders ``GET /metrics`` when given."""
     journal = manager.journal
-    streams = {"active": 0}
+    streams = slots if slots is not None else StreamSlots()
 
     async def body(request: Request) -> Any:
         declared = request.headers.get("content-length")
@@ -185,12 +198,16 @@ def create_app(manager: JobManager, settings: DaemonSettings) -> ASGIApp:
 
     def counted_stream(content: AsyncIterator[str]) -> Response:
         """An SSE response holding one subscriber slot from now until it is finished or abandoned."""
-        if streams["active"] >= settings.max_streams:
+        if streams.active >= settings.max_streams:
             response = _error(429, f"too many event streams (limit={settings.max_streams})", retry_after=1)
             response.headers["Retry-After"] = "1"
             return response
-        streams["active"] += 1
-        return _CountedStream(content, lambda: streams.__setitem__("active", streams["active"] - 1))
+        streams.active += 1
+
+        def release() -> None:
+            streams.active -= 1
+
+        return _CountedStream(content, release)
 
     async def _event_stream(job_id: str, cursor: int, follow: bool) -> AsyncIterator[str]:
         after = cursor
@@ -260,8 +277,14 @@ def create_app(manager: JobManager, settings: DaemonSettings) -> ASGIApp:
 
         return counted_stream(stream())
 
+    async def prometheus(request: Request) -> Response:
+        if metrics is None:
+            return _error(404, "metrics are disabled for this daemon (--no-metrics)")
+        return Response(metrics(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
     routes = [
         Route("/v1/health", health),
+        Route("/metrics", prometheus),
         Route("/v1/jobs", guarded(submit), methods=["POST"]),
         Route("/v1/jobs", guarded(list_jobs), methods=["GET"]),
         Route("/v1/jobs/{job_id}", guarded(show_job)),

@@ -20,7 +20,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sparkrun.core.operation import new_operation_id
 from sparkrun.daemon.journal import TERMINAL_STATES, JobRecord, Journal
@@ -28,7 +28,7 @@ from sparkrun.daemon.operations import find_operation
 from sparkrun.daemon.worker import Redactor
 from sparkrun.errors import SparkrunError
 
-__all__ = ["JobConflict", "JobManager", "PromptError"]
+__all__ = ["JobConflict", "JobManager", "JobObserver", "PromptError"]
 
 _log = logging.getLogger(__name__)
 _CANCEL_GRACE_SECONDS = 3.0
@@ -40,6 +40,16 @@ class JobConflict(SparkrunError):
 
 class PromptError(SparkrunError):
     """No such prompt, or an answer that does not fit it."""
+
+
+class JobObserver(Protocol):
+    """Sees every job's start, journaled events and end (the daemon's metrics)."""
+
+    def job_started(self, operation_id: str, operation: str, started_at: float) -> None: ...
+
+    def job_events(self, operation_id: str, events: list[dict[str, Any]]) -> None: ...
+
+    def job_finished(self, operation_id: str, state: str, finished_at: float) -> None: ...
 
 
 @dataclass
@@ -66,6 +76,7 @@ class JobManager:
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.worker_logs = state_dir / "daemon" / "workers"
+        self.observers: list[JobObserver] = []
 
     # -- recovery -------------------------------------------------------------------
 
@@ -137,7 +148,9 @@ class JobManager:
             self._finish(job_id, "failed", error={"type": type(error).__name__, "message": str(error)})
             return
         running = self._running[job_id] = _Running(process)
-        self.journal.update_job(job_id, state="running", started_at=time.time(), worker_pid=process.pid)
+        started = time.time()
+        self.journal.update_job(job_id, state="running", started_at=started, worker_pid=process.pid)
+        self._notify(lambda observer: observer.job_started(job.operation_id, job.operation, started))
         spec = {
             "job_id": job_id,
             "operation": job.operation,
@@ -189,6 +202,16 @@ class JobManager:
     def _append(self, job_id: str, events: list[dict[str, Any]]) -> None:
         self.journal.append_many(job_id, events)
         self._wake(job_id)
+        if self.observers:
+            operation_id = events[0]["operation_id"]
+            self._notify(lambda observer: observer.job_events(operation_id, events))
+
+    def _notify(self, call: Any) -> None:
+        for observer in self.observers:
+            try:
+                call(observer)
+            except Exception:
+                _log.warning("job observer %r failed", observer, exc_info=True)
 
     def _conclude(self, job_id: str, running: _Running, code: int) -> None:
         if running.cancelled:
@@ -202,8 +225,11 @@ class JobManager:
             self._finish(job_id, "failed", error={"type": "WorkerExited", "message": message})
 
     def _finish(self, job_id: str, state: str, **fields: Any) -> None:
-        self.journal.update_job(job_id, state=state, finished_at=time.time(), **fields)
+        finished = time.time()
+        job = self.journal.update_job(job_id, state=state, finished_at=finished, **fields)
         self._wake(job_id)
+        if job.started_at is not None:
+            self._notify(lambda observer: observer.job_finished(job.operation_id, state, finished))
 
     # -- prompts --------------------------------------------------------------------
 

@@ -125,6 +125,9 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._counters: dict[str, _Counters] = {}
+        #: Events written and events dropped by the bounds since this journal was opened (for metrics).
+        self.appended_total = 0
+        self.trimmed_total = 0
         # Autocommit mode: transactions are explicit, so each append is exactly one commit.
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
@@ -326,7 +329,15 @@ class Journal:
             if first > first_before:
                 self._db.execute("DELETE FROM events WHERE job_id = ? AND seq < ?", (job_id, first))
             self._db.executemany("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)", rows)
+        self.appended_total += len(bodies)
+        self.trimmed_total += first - first_before
         return list(range(start, seq))
+
+    def count_by_state(self) -> dict[str, int]:
+        """How many jobs are in each state."""
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        return {state: count for state, count in rows}
 
 
 # One shared encoder: json.dumps() with separators builds a new encoder on every call.

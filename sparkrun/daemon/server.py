@@ -65,6 +65,7 @@ class ServeOptions:
     max_streams: int = 64
     keepalive_seconds: float = 15.0
     plugins: tuple[str, ...] = ()
+    metrics: bool = True
 
 
 def _is_loopback(host: str) -> bool:
@@ -114,7 +115,7 @@ def _lock(paths: DaemonPaths) -> IO[str]:
 async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
     import uvicorn
 
-    from sparkrun.daemon.app import DaemonSettings, create_app
+    from sparkrun.daemon.app import DaemonSettings, StreamSlots, create_app
     from sparkrun.daemon.jobs import JobManager
     from sparkrun.daemon.journal import Journal
     from sparkrun.daemon.operations import load_plugins
@@ -127,8 +128,16 @@ async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
         _log.warning("marked %d unfinished job(s) of a previous daemon as lost", len(lost))
     journal.prune()
     settings = DaemonSettings(token=token, max_streams=options.max_streams, keepalive_seconds=options.keepalive_seconds)
+    slots = StreamSlots()
+    render = None
+    if options.metrics:
+        from otel.prometheus import DaemonMetrics
+
+        daemon_metrics = DaemonMetrics(journal, lambda: slots.active)
+        manager.observers.append(daemon_metrics)
+        render = daemon_metrics.render
     config = uvicorn.Config(
-        create_app(manager, settings),
+        create_app(manager, settings, slots=slots, metrics=render),
         host=options.host,
         port=options.port,
         log_level="warning",

@@ -63,3 +63,31 @@ register_operation(DaemonOperation("legacy", _legacy, {}, "Log from a context-fr
 register_operation(DaemonOperation("sleep", _sleep, {"seconds": Param(float)}, "Report for a while."))
 register_operation(DaemonOperation("burst", _burst, {"count": Param(int)}, "Report many events quickly."))
 register_operation(DaemonOperation("fail", _fail, {"message": Param(str)}, "Fail on purpose."))
+
+
+def _relay(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
+    """A relay to two hosts with byte counters, a warning and one failing host (for dashboards)."""
+    feedback = get_feedback("test.relay", sctx=sctx)
+    feedback.progress("planning", stage="plan", status="running")
+    feedback.warning("layer cache is 91% full", stage="plan")
+    for host, fails in (("spark-1", False), ("spark-2", True)):
+        receiver = feedback.child(host=host)
+        for received in (1_048_576, 2_097_152, 3_145_728):
+            receiver.progress(
+                "receiving",
+                stage="transfer",
+                current=received,
+                total=4_194_304,
+                total_kind="upper_bound",
+                unit="bytes",
+                log_message=False,
+            )
+        if fails:
+            receiver.error("checksum mismatch", stage="verify", status="failed", metrics={"error_type": "DigestError"})
+        else:
+            receiver.progress("verified", stage="verify", status="succeeded")
+    feedback.progress("relayed", stage="relay", status="succeeded")
+    return {"hosts": 2}
+
+
+register_operation(DaemonOperation("relay", _relay, {}, "Relay to two hosts, one failing (for dashboards)."))

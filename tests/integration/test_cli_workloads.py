@@ -34,6 +34,10 @@ def _environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "SPARKRUN_"))}
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Background:
     """A CLI process in the background; threads collect its output so a test can wait for a line."""
 
@@ -83,7 +87,14 @@ class Sparkrun:
 
     def popen(self, *args: str) -> Background:
         process = subprocess.Popen(
-            self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, cwd=self.cwd
+            self.argv(*args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=self.cwd,
+            # Ctrl+C must reach it even when the test run itself was started with SIGINT ignored (`cmd &`).
+            preexec_fn=_default_sigint,
         )
         background = Background(process)
         self.background.append(background)

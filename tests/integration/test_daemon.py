@@ -41,7 +41,7 @@ from tests.integration.daemon_harness import (
 pytestmark = pytest.mark.integration
 
 EXAMPLE_RECIPE = ROOT / "examples" / "recipes" / "example-chat.yaml"
-KNOWN_OPERATIONS = "ask, burst, fail, legacy, logs, run, sleep, status, stop"
+KNOWN_OPERATIONS = "ask, burst, fail, legacy, logs, relay, run, sleep, status, stop"
 UNKNOWN_JOB = "0123456789abcdef0123456789abcdef"
 
 
@@ -1185,3 +1185,46 @@ def test_a_deeply_nested_body_is_400(daemon):
         f"{daemon.url}/v1/jobs", headers=daemon.auth, content=b"[" * 30_000 + b"]" * 30_000, timeout=30
     )
     assert response.status_code == 400
+
+
+# -- Prometheus endpoint -------------------------------------------------------------------
+
+
+def test_metrics_need_the_token_and_count_what_jobs_reported(daemon):
+    assert httpx.get(f"{daemon.url}/metrics", timeout=10).status_code == 401
+    relay = daemon.submit("relay")
+    daemon.wait_state(relay["job_id"], "succeeded")
+    failing = daemon.submit("fail")
+    daemon.wait_state(failing["job_id"], "failed")
+    text = httpx.get(f"{daemon.url}/metrics", headers=daemon.auth, timeout=10).text
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name_labels, _, value = line.rpartition(" ")
+            samples[name_labels] = float(value)
+
+    def value(name: str, **labels: str) -> float:
+        found = [
+            v
+            for key, v in samples.items()
+            if key.startswith(name + "{") and all(f'{k}="{want}"' in key for k, want in labels.items())
+        ]
+        assert found, f"no {name} with {labels} in /metrics"
+        return sum(found)
+
+    assert value("sparkrun_daemon_jobs", state="succeeded") == 1 and value("sparkrun_daemon_jobs", state="failed") == 1
+    assert value("sparkrun_feedback_events_total", sparkrun_source="test.relay", sparkrun_level="warning") == 1
+    assert value("sparkrun_feedback_events_total", sparkrun_level="error", host_name="spark-2") == 1
+    assert value("sparkrun_transfer_bytes_total", host_name="spark-1") == 3_145_728
+    assert value("sparkrun_activity_duration_seconds_count", sparkrun_status="failed", sparkrun_stage="verify") == 1
+    assert value("sparkrun_operation_duration_seconds_count", sparkrun_operation="fail", sparkrun_outcome="failed") == 1
+    assert value("sparkrun_daemon_journal_events_total") >= 8
+    assert value("sparkrun_daemon_stream_subscribers") == 0
+    assert relay["operation_id"] not in text and relay["job_id"] not in text  # ids are never labels
+
+
+def test_metrics_can_be_turned_off(start_daemon):
+    daemon = start_daemon(args=("--no-metrics",))
+    response = httpx.get(f"{daemon.url}/metrics", headers=daemon.auth, timeout=10)
+    assert response.status_code == 404
+    assert response.json() == {"error": "metrics are disabled for this daemon (--no-metrics)"}
