@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tests.integration.daemon_harness import DaemonProcess
 from tests.integration.phoenix import PhoenixServer
 
 
@@ -28,3 +30,25 @@ def phoenix() -> Iterator[PhoenixServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def start_daemon(tmp_path) -> Iterator[Any]:
+    """``start_daemon(**options)`` starts a daemon; all of them are stopped after the test."""
+    started: list[DaemonProcess] = []
+
+    def start(**options: Any) -> DaemonProcess:
+        daemon = DaemonProcess(tmp_path / f"daemon-{len(started)}", **options)
+        started.append(daemon)
+        return daemon.start()
+
+    try:
+        yield start
+    finally:
+        for daemon in reversed(started):
+            daemon.stop()
+
+
+@pytest.fixture
+def daemon(start_daemon) -> DaemonProcess:
+    return start_daemon()

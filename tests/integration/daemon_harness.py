@@ -28,6 +28,7 @@ from sparkrun.daemon.client import StreamEvent, parse_sse
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = "tests.integration.daemon_plugins"
 TERMINAL = ("succeeded", "failed", "cancelled", "lost")
+EXAMPLE_RECIPE = ROOT / "examples" / "recipes" / "example-chat.yaml"
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
@@ -292,3 +293,40 @@ class DaemonProcess:
             text=True,
             timeout=timeout,
         )
+
+
+# -- helpers shared by the test_daemon_* modules ------------------------------------------
+
+
+def message_events(events: list[StreamEvent]) -> list[StreamEvent]:
+    """The ``message`` events of ``events`` (without ``gap`` and ``end``)."""
+    return [event for event in events if event.name == "message"]
+
+
+def journal_rows(daemon: DaemonProcess, job_id: str) -> list[tuple[int, dict]]:
+    """The job's events as stored in the journal, read straight from SQLite."""
+    db = sqlite3.connect(f"file:{daemon.state_dir / 'daemon' / 'journal.sqlite3'}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = db.execute("SELECT seq, body FROM events WHERE job_id = ? ORDER BY seq", (job_id,)).fetchall()
+    finally:
+        db.close()
+    return [(seq, json.loads(body)) for seq, body in rows]
+
+
+def running_with_events(daemon: DaemonProcess, job_id: str, count: int = 1) -> dict[str, Any]:
+    """The job once it runs and has journaled at least ``count`` events."""
+
+    def ready() -> dict[str, Any] | None:
+        job = daemon.job(job_id)
+        assert job["state"] in ("queued", "running"), job
+        return job if job["state"] == "running" and job["last_seq"] >= count else None
+
+    return wait_for(ready, timeout=30, what=f"job {job_id} to run and report {count} event(s)")
+
+
+def run_example(daemon: DaemonProcess) -> dict[str, Any]:
+    """The succeeded job that ran the example recipe through ``daemon``."""
+    job_id = daemon.submit("run", recipe=str(EXAMPLE_RECIPE))["job_id"]
+    job = daemon.wait_state(job_id, timeout=90)
+    assert job["state"] == "succeeded", job
+    return job
