@@ -69,6 +69,7 @@ class LiveRenderer:
         stream = stream if stream is not None else sys.stdout
         self._stream = stream
         self._quiet = quiet
+        self._gone = False
         self._rich = force_terminal if force_terminal is not None else stream.isatty()
         self._console: Any = None
         self._progress: Any = None
@@ -90,11 +91,14 @@ class LiveRenderer:
             self._progress = None
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if self._quiet and not _notable(event):
+        if self._gone or (self._quiet and not _notable(event)):
             return
         if not self._rich:
-            self._stream.write(_plain(event) + "\n")
-            self._stream.flush()
+            try:
+                self._stream.write(_plain(event) + "\n")
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone = True  # the reader left (`| head`); the operation goes on regardless
             return
         if event.get("type") == "feedback" and "current" in event and event.get("status") not in _TERMINAL:
             self._update_counter(event)
@@ -154,18 +158,33 @@ class LiveRenderer:
 
 
 class EventRecorder:
-    """A subscriber that appends every event as one JSON line (``--events-jsonl``)."""
+    """A subscriber that writes every event as one JSON line.
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+    Given a path it appends to that file (``--events-jsonl``) and owns it;
+    given a stream (``--json`` on stdout) it only writes to it.
+    """
+
+    def __init__(self, target: Path | IO[str]) -> None:
+        if isinstance(target, Path):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._file: IO[str] = open(target, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+            self._owned = True
+        else:
+            self._file, self._owned = target, False
+        self._gone = False
 
     def __call__(self, event: dict[str, Any]) -> None:
-        self._file.write(json.dumps(event) + "\n")
-        self._file.flush()
+        if self._gone:
+            return
+        try:
+            self._file.write(json.dumps(event) + "\n")
+            self._file.flush()
+        except BrokenPipeError:
+            self._gone = True  # the reader left (`| head`); the operation goes on regardless
 
     def close(self) -> None:
-        self._file.close()
+        if self._owned:
+            self._file.close()
 
 
 def fan_out(*subscribers: Callable[[dict[str, Any]], Any] | None) -> Callable[[dict[str, Any]], None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,4 +189,10 @@ _register_subcommands()
 
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="sparkrun")
+    try:
+        cli(prog_name="sparkrun")
+    except BrokenPipeError:
+        # The reader of our output left (`sparkrun ... | head`): exit quietly, as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)

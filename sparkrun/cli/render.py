@@ -1,10 +1,10 @@
-"""One-line terminal rendering of native events, for live output."""
+"""One-line rendering of any native event, for terminals and plain logs."""
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import Any
 
-__all__ = ["EventPrinter", "describe_event"]
+__all__ = ["describe_event"]
 
 _BOUND = {"exact": "/", "upper_bound": "/<=", "unknown": ""}
 
@@ -25,21 +25,3 @@ def describe_event(event: dict[str, Any]) -> str:
     who = event["source"] + (f"@{event['host']}" if "host" in event else "")
     where = "/".join(part for part in (event.get("stage"), event.get("status")) if part)
     return f"{level:<8} {who:<18} {where:<19} {event['message']}{_counter(event)}"
-
-
-class EventPrinter:
-    """A subscriber that prints each event as one line (human or JSON)."""
-
-    def __init__(self, stream: IO[str], *, as_json: bool = False) -> None:
-        self._stream = stream
-        self._as_json = as_json
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        if self._as_json:
-            import json
-
-            line = json.dumps(event)
-        else:
-            line = describe_event(event)
-        self._stream.write(line + "\n")
-        self._stream.flush()

@@ -41,14 +41,13 @@ def operation_session(
     from sparkrun.application import initialize
     from sparkrun.cli.live import EventRecorder, LiveRenderer, fan_out
     from sparkrun.cli.main import CliState, render_events_live
-    from sparkrun.cli.render import EventPrinter
 
     with ExitStack() as stack:
         state = ctx.find_object(CliState)
         quiet = state is not None and state.quiet
         renderer = None
         if as_json:
-            renderer = EventPrinter(sys.stdout, as_json=True)
+            renderer = EventRecorder(sys.stdout)
         elif live:
             renderer = stack.enter_context(LiveRenderer(quiet=quiet))
         recorder = None

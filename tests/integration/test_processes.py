@@ -72,3 +72,11 @@ def test_producer_example_alone_only_logs():
     assert result.stdout == ""
     assert "PROGRESS my-plugin: Image relayed" in result.stderr
     assert "WARNING my-plugin: Layer cache is 91% full" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["--no-otel doctor --json", "--no-otel doctor"])
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path, command):
+    # `| true` closes the pipe at once, so every write sparkrun makes hits a broken pipe.
+    script = f"{SPARKRUN} {command} --state-dir {tmp_path} | true; echo done >&2"
+    result = _run("sh", "-c", script)
+    assert result.stderr.strip() == "done", result.stderr
