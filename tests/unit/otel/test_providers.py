@@ -142,3 +142,39 @@ def test_unreadable_lines_are_skipped(tmp_path):
     store = TraceStore(tmp_path)
     store.path_of("a" * 32).write_text("garbage\n")
     assert store.spans("a" * 32) == []
+
+
+def test_headers_from_the_environment_reach_the_collector(tmp_path, monkeypatch, sctx):
+    """A real loopback HTTP server stands in for the Collector and records what arrives."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    received: list[dict[str, str]] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            received.append({key.lower(): value for key, value in self.headers.items()})
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{server.server_port}/v1/traces")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=lab,authorization=Bearer%20abc")
+        telemetry = otel.configure(state_dir=tmp_path, set_global=False)
+        SparkrunInstrumentor().instrument(tracer_provider=telemetry.tracer_provider)
+        try:
+            with operation_scope(sctx, name="headers"):
+                get_feedback("probe").progress("hello", status="succeeded")
+        finally:
+            SparkrunInstrumentor().uninstrument()
+        assert telemetry.shutdown(timeout=10) is True
+    finally:
+        server.shutdown()
+    assert received and received[0]["x-tenant"] == "lab" and received[0]["authorization"] == "Bearer abc"
