@@ -25,7 +25,6 @@ __all__ = [
     "UnknownOperation",
     "find_operation",
     "load_plugins",
-    "operation_names",
     "register_operation",
 ]
 
@@ -118,12 +117,6 @@ def find_operation(name: Any) -> DaemonOperation:
     if operation is None:
         raise UnknownOperation(f"unknown operation (operation={name!r}, known: {known})")
     return operation
-
-
-def operation_names() -> list[str]:
-    _register_builtins()
-    with _lock:
-        return sorted(_registry)
 
 
 def _run(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
