@@ -21,6 +21,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 
 from otel.local_store import DEFAULT_MAX_TRACES, LocalSpanExporter, TraceStore
+from sparkrun.config import env_flag, otlp_endpoint
 
 __all__ = ["DEFAULT_SHUTDOWN_TIMEOUT", "Telemetry", "configure"]
 
@@ -67,14 +68,6 @@ class Telemetry:
         return True
 
 
-def _is_true(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _endpoint(env: Mapping[str, str], signal: str) -> str | None:
-    return env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
-
-
 def _protocol(env: Mapping[str, str], signal: str) -> str:
     protocol = env.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
     protocol = protocol.strip() or "http/protobuf"
@@ -111,7 +104,7 @@ def _span_exporter(endpoint: str | None, protocol: str, explicit: bool, store: T
 
 
 def _metric_readers(env: Mapping[str, str]) -> list[Any]:
-    if _endpoint(env, "METRICS") is None:
+    if otlp_endpoint(env, "METRICS") is None:
         return []
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
@@ -140,7 +133,7 @@ def configure(
     ``environ`` only steers the choices made here.
     """
     env = os.environ if environ is None else environ
-    if _is_true(env.get("OTEL_SDK_DISABLED")):
+    if env_flag(env.get("OTEL_SDK_DISABLED"), default=False):
         return Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), "disabled", shutdown_timeout)
 
     from opentelemetry.sdk.metrics import MeterProvider
@@ -152,7 +145,7 @@ def configure(
     resource = _resource(env)
     store = TraceStore.in_state_dir(state_dir if state_dir is not None else default_state_dir(), max_traces=max_traces)
     explicit = endpoint is not None
-    endpoint = endpoint or _endpoint(env, "TRACES")
+    endpoint = endpoint or otlp_endpoint(env, "TRACES")
     if protocol is not None and protocol not in _PROTOCOLS:
         raise ValueError(f"protocol is {protocol!r}; expected one of {', '.join(_PROTOCOLS)}")
     protocol = protocol or _protocol(env, "TRACES")

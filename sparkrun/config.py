@@ -10,7 +10,25 @@ from typing import Any
 
 from sparkrun.errors import ConfigError
 
-__all__ = ["Config", "default_config_path", "default_state_dir", "load_config"]
+__all__ = ["Config", "default_config_path", "default_state_dir", "env_flag", "load_config", "otlp_endpoint"]
+
+_ON = ("1", "true", "t", "yes", "y", "on")
+_OFF = ("0", "false", "f", "no", "n", "off")
+
+
+def env_flag(value: str | None, *, default: bool) -> bool:
+    """An on/off environment value (the spellings click accepts); unset, blank or unknown gives ``default``."""
+    text = (value or "").strip().lower()
+    if text in _ON:
+        return True
+    if text in _OFF:
+        return False
+    return default
+
+
+def otlp_endpoint(env: Mapping[str, str], signal: str = "TRACES") -> str | None:
+    """The OTLP endpoint for ``signal``: the per-signal variable, else ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+    return env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
 
 
 def default_state_dir() -> Path:

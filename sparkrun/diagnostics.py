@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sparkrun.config import env_flag, otlp_endpoint
 from sparkrun.core.context import SparkrunContext
 from sparkrun.core.operation import operation_scope
 from sparkrun.feedback import FeedbackReporter, get_feedback
@@ -51,7 +52,7 @@ def _check_config(sctx: SparkrunContext) -> str:
 
 
 def _check_telemetry(sctx: SparkrunContext) -> str:
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    endpoint = otlp_endpoint(os.environ)
     if not endpoint:
         return _writable(sctx.config.state_dir / "traces") + " (local trace store)"
     parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
@@ -88,7 +89,7 @@ def run_diagnostics(sctx: SparkrunContext, *, telemetry: bool = True) -> list[Ch
     With ``telemetry=False`` (``--no-otel``) or ``OTEL_SDK_DISABLED=true`` the
     telemetry check is skipped.
     """
-    telemetry = telemetry and os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
+    telemetry = telemetry and not env_flag(os.environ.get("OTEL_SDK_DISABLED"), default=False)
     with operation_scope(sctx, name="doctor"):
         reporter = get_feedback("sparkrun.doctor")
         results = [

@@ -13,23 +13,17 @@ from typing import Any
 
 import click
 
-from sparkrun.cli.main import UserError, state_dir_option
+from sparkrun.cli.main import UserError, resolved_state_dir, state_dir_option
 
 __all__ = ["daemon"]
 
 _EXIT_BY_STATE = {"succeeded": 0, "failed": 1, "cancelled": 3, "lost": 3}
 
 
-def _state_dir(state_dir: Path | None) -> Path:
-    from sparkrun.config import load_config
-
-    return load_config(state_dir=state_dir).state_dir
-
-
 def _client(state_dir: Path | None):  # type: ignore[no-untyped-def]
     from sparkrun.daemon.client import DaemonClient
 
-    return DaemonClient.for_state(_state_dir(state_dir))
+    return DaemonClient.for_state(resolved_state_dir(state_dir))
 
 
 def _serve_options(function):  # type: ignore[no-untyped-def]
@@ -148,7 +142,7 @@ def stop(state_dir: Path | None) -> None:
     """Stop the background daemon (its running jobs end as cancelled)."""
     from sparkrun.daemon.server import DaemonPaths, daemon_info
 
-    paths = DaemonPaths(_state_dir(state_dir))
+    paths = DaemonPaths(resolved_state_dir(state_dir))
     info = daemon_info(paths)
     if info is None:
         raise UserError(f"no daemon runs for this state directory (state_dir={paths.state_dir})")
@@ -307,7 +301,7 @@ def trace(job_id: str, export: bool, endpoint: str | None, state_dir: Path | Non
     """Show a job's trace (trace id = its operation id), or re-export it."""
     client = _client(state_dir)
     job = client.job(job_id)
-    state = _state_dir(state_dir)
+    state = resolved_state_dir(state_dir)
     if export:
         import otel
 

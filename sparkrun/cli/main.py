@@ -155,32 +155,20 @@ def state_dir_option(command):  # type: ignore[no-untyped-def]
     )(command)
 
 
-@cli.command()
-@state_dir_option
-@click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
-@click.option(
-    "--events-jsonl",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Append every native event of the operation to this JSON-lines file.",
-)
-@click.pass_context
-def doctor(ctx: click.Context, state_dir: Path | None, as_json: bool, events_jsonl: Path | None) -> None:
-    """Check that this machine can run and observe operations."""
-    from sparkrun.cli.session import operation_session
-    from sparkrun.diagnostics import run_diagnostics
+def resolved_state_dir(state_dir: Path | None) -> Path:
+    """The state directory a command works in: ``--state-dir``, else the configured or default one."""
+    from sparkrun.config import load_config
 
-    with operation_session(ctx, state_dir=state_dir, as_json=as_json, events_jsonl=events_jsonl) as sctx:
-        results = run_diagnostics(sctx, telemetry=ctx.find_object(CliState).otel)
-    if not all(result.ok for result in results):
-        ctx.exit(1)
+    return load_config(state_dir=state_dir).state_dir
 
 
 def _register_subcommands() -> None:
     from sparkrun.cli.daemon import daemon
+    from sparkrun.cli.doctor import doctor
     from sparkrun.cli.trace import trace
     from sparkrun.cli.workloads import logs, run, status, stop
 
-    for command in (run, stop, status, logs, trace, daemon):
+    for command in (run, stop, status, logs, doctor, trace, daemon):
         cli.add_command(command)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sparkrun.cli.main import UserError, state_dir_option
+from sparkrun.cli.main import UserError, resolved_state_dir, state_dir_option
 
 __all__ = ["trace"]
 
@@ -18,9 +18,8 @@ _OPERATION_ID = re.compile(r"[0-9a-fA-F]{32}")
 
 def _store(state_dir: Path | None):  # type: ignore[no-untyped-def]
     from otel.local_store import TraceStore
-    from sparkrun.config import load_config
 
-    return TraceStore.in_state_dir(load_config(state_dir=state_dir).state_dir)
+    return TraceStore.in_state_dir(resolved_state_dir(state_dir))
 
 
 @click.group()
@@ -94,14 +93,13 @@ def replay(
     import otel
     from otel.event_replay import read_events
     from sparkrun.cli.main import CliState
-    from sparkrun.config import load_config
 
     events = list(read_events(events_file))
     if not events:
         raise UserError(f"no events to replay (path={events_file})")
     state = ctx.find_object(CliState)
     telemetry = otel.configure(
-        state_dir=load_config(state_dir=state_dir).state_dir,
+        state_dir=resolved_state_dir(state_dir),
         set_global=False,
         shutdown_timeout=state.otel_shutdown_timeout if state else 2.0,
         endpoint=endpoint,

@@ -187,7 +187,7 @@ class JobManager:
                     continue
                 kind = message.get("kind")
                 if kind == "event":
-                    events.append(running.redactor.event(message["event"]))
+                    events.append(running.redactor.value(message["event"]))
                     continue
                 if events:  # keep journal order: flush events before acting on anything else
                     self._append(job_id, events)

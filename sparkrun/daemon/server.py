@@ -144,12 +144,12 @@ async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
         lifespan="off",
         timeout_graceful_shutdown=5,
     )
-    server = _Server(config)
+    server = _uvicorn_server(config)
     loop = asyncio.get_running_loop()
 
     async def stop() -> None:
         await manager.shutdown()  # jobs end first, so open streams get their end event and close
-        server.request_exit()
+        server.should_exit = True
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: loop.create_task(stop()))
@@ -171,22 +171,17 @@ async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
         paths.info.unlink(missing_ok=True)
 
 
-class _Server:
+def _uvicorn_server(config: Any) -> Any:
     """uvicorn's server, minus its signal handling: it re-raises the signal after
     shutting down, which would kill the daemon before it stops its workers."""
+    import uvicorn
 
-    def __new__(cls, config: Any) -> Any:
-        import uvicorn
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[no-untyped-def, override]
+            yield
 
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self):  # type: ignore[no-untyped-def, override]
-                yield
-
-            def request_exit(self) -> None:
-                self.should_exit = True
-
-        return Server(config)
+    return Server(config)
 
 
 def serve(options: ServeOptions) -> None:

@@ -42,11 +42,10 @@ class Redactor:
             value = value.replace(secret, REDACTED)
         return value
 
-    def event(self, event: dict[str, Any]) -> dict[str, Any]:
-        return {key: self.value(value) for key, value in event.items()}
-
     def value(self, value: Any) -> Any:
-        """``value`` with every secret replaced, looking inside dicts and lists."""
+        """``value`` with every secret replaced, looking inside dicts and lists (as is without secrets)."""
+        if not self._secrets:
+            return value
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
@@ -109,7 +108,7 @@ class _WorkerPrompter(Prompter):
     def secret(self, question: str) -> str:
         value = str(self._ask("secret", question))
         self._redactor.add(value)
-        self._operation.redact = self._redactor.event
+        self._operation.redact = self._redactor.value
         return value
 
 
@@ -123,7 +122,9 @@ def _configure_logging(redactor: Redactor) -> None:
 
 
 def _start_telemetry(state_dir: Any) -> Any:
-    if os.environ.get("SPARKRUN_OTEL", "1").strip().lower() in ("0", "false", "no", "off"):
+    from sparkrun.config import env_flag
+
+    if not env_flag(os.environ.get("SPARKRUN_OTEL"), default=True):
         return None
     import otel
 
