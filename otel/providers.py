@@ -5,7 +5,9 @@ per-signal variant) spans and metrics are exported over OTLP, using
 ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf`` by default, or ``grpc``);
 the exporters read headers, timeouts and certificates from the environment
 themselves. Without one, spans go to the local trace store under the state
-directory. ``OTEL_SDK_DISABLED=true`` yields no-op providers.
+directory. ``OTEL_SDK_DISABLED=true`` yields no-op providers. A bad value
+never fails the caller: :mod:`otel.environment` warns once, naming the
+variable, and the telemetry it configures is off.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
+from otel.environment import PROTOCOLS, check_environment
 from otel.local_store import DEFAULT_MAX_TRACES, LocalSpanExporter, TraceStore
 from sparkrun.config import env_flag, otlp_endpoint
 
@@ -27,7 +30,6 @@ __all__ = ["DEFAULT_SHUTDOWN_TIMEOUT", "Telemetry", "configure"]
 
 _log = logging.getLogger(__name__)
 DEFAULT_SHUTDOWN_TIMEOUT = 2.0
-_PROTOCOLS = ("http/protobuf", "grpc")
 
 
 @dataclass
@@ -68,14 +70,6 @@ class Telemetry:
         return True
 
 
-def _protocol(env: Mapping[str, str], signal: str) -> str:
-    protocol = env.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
-    protocol = protocol.strip() or "http/protobuf"
-    if protocol not in _PROTOCOLS:
-        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL is {protocol!r}; expected one of {', '.join(_PROTOCOLS)}")
-    return protocol
-
-
 def _resource(env: Mapping[str, str]) -> Any:
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
@@ -103,12 +97,12 @@ def _span_exporter(endpoint: str | None, protocol: str, explicit: bool, store: T
     return OTLPSpanExporter(endpoint=base if base.endswith("/v1/traces") else f"{base}/v1/traces")
 
 
-def _metric_readers(env: Mapping[str, str]) -> list[Any]:
-    if otlp_endpoint(env, "METRICS") is None:
+def _metric_readers(env: Mapping[str, str], protocol: str | None) -> list[Any]:
+    if otlp_endpoint(env, "METRICS") is None or protocol is None:
         return []
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    if _protocol(env, "METRICS") == "grpc":
+    if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -133,8 +127,15 @@ def configure(
     ``environ`` only steers the choices made here.
     """
     env = os.environ if environ is None else environ
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"protocol is {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     if env_flag(env.get("OTEL_SDK_DISABLED"), default=False):
         return Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), "disabled", shutdown_timeout)
+    check = check_environment(env)
+    for problem in check.problems:
+        _log.warning("telemetry: %s", problem)
+    if check.traces_off and (check.metrics_off or otlp_endpoint(env, "METRICS") is None):
+        return Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), "off", shutdown_timeout)
 
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
@@ -143,16 +144,21 @@ def configure(
     from sparkrun.config import default_state_dir
 
     resource = _resource(env)
-    store = TraceStore.in_state_dir(state_dir if state_dir is not None else default_state_dir(), max_traces=max_traces)
-    explicit = endpoint is not None
-    endpoint = endpoint or otlp_endpoint(env, "TRACES")
-    if protocol is not None and protocol not in _PROTOCOLS:
-        raise ValueError(f"protocol is {protocol!r}; expected one of {', '.join(_PROTOCOLS)}")
-    protocol = protocol or _protocol(env, "TRACES")
-    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(endpoint, protocol, explicit, store)))
-    meter_provider = MeterProvider(resource=resource, metric_readers=_metric_readers(env), shutdown_on_exit=False)
-    destination = f"otlp {protocol} {endpoint}" if endpoint else f"local store {store.directory}"
+    if check.traces_off:
+        tracer_provider: Any = trace.NoOpTracerProvider()
+        destination = "off"
+    else:
+        store = TraceStore.in_state_dir(
+            state_dir if state_dir is not None else default_state_dir(), max_traces=max_traces
+        )
+        explicit = endpoint is not None
+        endpoint = endpoint or otlp_endpoint(env, "TRACES")
+        protocol = protocol or check.protocols.get("TRACES", "http/protobuf")
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(endpoint, protocol, explicit, store)))
+        destination = f"otlp {protocol} {endpoint}" if endpoint else f"local store {store.directory}"
+    readers = [] if check.metrics_off else _metric_readers(env, check.protocols.get("METRICS"))
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)

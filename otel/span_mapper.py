@@ -27,6 +27,7 @@ from otel.ids import ChosenIdGenerator, activity_span_id, phase_span_id, root_sp
 from otel.metrics import SparkrunMetrics
 from sparkrun.core.envelope import MAX_TEXT_CHARS
 from sparkrun.core.operation import OperationInfo, OperationObserver, Outcome
+from sparkrun.core.redaction import RedactedError, error_type_name
 
 __all__ = ["SpanMapper"]
 
@@ -48,8 +49,18 @@ def _event_limit_of(tracer_provider: TracerProvider) -> int:
     if not isinstance(limit, int):
         from opentelemetry.sdk.trace import SpanLimits
 
-        limit = SpanLimits().max_events
+        try:
+            limit = SpanLimits().max_events
+        except ValueError:  # a malformed OTEL_SPAN_EVENT_COUNT_LIMIT; otel.environment has warned about it
+            limit = DEFAULT_EVENT_LIMIT
     return limit if isinstance(limit, int) and limit > 1 else DEFAULT_EVENT_LIMIT
+
+
+def _text_of(error: BaseException) -> str:
+    try:
+        return str(error)
+    except Exception:  # an exception whose __str__ fails still ends its span
+        return type(error).__name__
 
 
 def _report_attributes(event: dict[str, Any]) -> dict[str, Any]:
@@ -342,12 +353,18 @@ class _OperationTrace:
         if outcome == "succeeded":
             root.set_status(Status(StatusCode.OK))
         elif outcome == "failed":
-            kind = type(error) if error is not None else None
-            if kind is not None:
-                name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-                root.set_attribute("error.type", name)
-                root.record_exception(error, timestamp=_ns(end_time))
-            root.set_status(Status(StatusCode.ERROR, str(error)[:MAX_TEXT_CHARS] if error else None))
+            description = None
+            if error is not None:
+                root.set_attribute("error.type", error_type_name(error))
+                if isinstance(error, RedactedError):  # secrets were removed from its text; it has no frames
+                    attributes = {"exception.type": error.type_name, "exception.message": error.message}
+                    if error.stacktrace:
+                        attributes["exception.stacktrace"] = error.stacktrace
+                    root.add_event("exception", attributes, _ns(end_time))
+                else:
+                    root.record_exception(error, timestamp=_ns(end_time))
+                description = _text_of(error)[:MAX_TEXT_CHARS]
+            root.set_status(Status(StatusCode.ERROR, description))
         root.end(_ns(end_time))
         if self._metrics is not None:
             seconds = max(0.0, end_time - self.info.started_at)

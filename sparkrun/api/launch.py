@@ -22,6 +22,7 @@ from sparkrun.core.deployments import Deployment, DeploymentStore
 from sparkrun.core.distribution import DistributionRequest, provider_for
 from sparkrun.core.executors import Executor, executor_for
 from sparkrun.core.launch_progress import LaunchPhaseTracker
+from sparkrun.core.names import check_name
 from sparkrun.core.operation import Operation, operation_scope
 from sparkrun.core.recipes import BUILTIN_PLACEHOLDERS, Recipe, find_recipe, recipe_dirs, render_command
 from sparkrun.errors import DeploymentError, LaunchError
@@ -77,7 +78,7 @@ def _prepare(options: RunOptions, sctx: SparkrunContext, store: DeploymentStore)
     config = sctx.config
     config_dir = (config.path or default_config_path()).parent
     recipe = find_recipe(options.recipe, recipe_dirs(config.values, config_dir))
-    name = options.name or recipe.name
+    name = recipe.name if options.name is None else check_name("name", options.name)
     existing = store.load(name)
     if existing is not None and existing.alive():
         raise DeploymentError(
@@ -135,21 +136,21 @@ def _start(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter,
     with tracker.phase("runtime"):
         tracker.step("runtime", 1, 2, f"starting {plan.argv[0]}")
         started = time.monotonic()
-        pid, ticks = plan.executor.start(plan.argv, env=recipe.env, cwd=recipe.path.parent, log_path=log_path)
+        identity = plan.executor.start(plan.argv, env=recipe.env, cwd=recipe.path.parent, log_path=log_path)
+        pid = identity.pid
         feedback.progress(f"Started {plan.name} (pid {pid})", stage="start", status="running", metrics={"pid": pid})
         tracker.step("runtime", 2, 2, "waiting until ready")
         try:
             with feedback.heartbeat(lambda: f"Waiting for {plan.name} to become ready", interval=5.0):
                 plan.executor.wait_ready(
-                    pid,
-                    ticks,
+                    identity,
                     port=plan.port,
                     readiness=recipe.readiness,
                     log_path=log_path,
                     on_step=lambda index, total, label: feedback.progress(label, stage="readiness"),
                 )
         except BaseException:  # not ready, or interrupted (Ctrl+C): leave nothing unrecorded behind
-            plan.executor.stop(pid, ticks, grace=2.0)
+            plan.executor.stop(identity, grace=2.0)
             raise
         startup = round(time.monotonic() - started, 3)
     url = f"http://127.0.0.1:{plan.port}"
@@ -167,11 +168,13 @@ def _start(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter,
         port=plan.port,
         command=plan.command,
         pid=pid,
-        start_ticks=ticks,
+        start_ticks=identity.start_ticks,
         log_path=str(log_path),
         url=url,
         operation_id=feedback.operation_id,
         started_at=time.time(),
+        boot_id=identity.boot_id,
+        marker=identity.marker,
     )
 
 

@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any, Self
 
 from sparkrun.application import initialize
+from sparkrun.core import log_tail
 from sparkrun.core.context import SparkrunContext
 from sparkrun.core.deployments import Deployment, DeploymentStore
 from sparkrun.core.executors import executor_for
-from sparkrun.core.executors.process import last_lines
+from sparkrun.core.names import check_name
 from sparkrun.core.operation import operation_scope
 from sparkrun.errors import DeploymentError
 from sparkrun.feedback import get_feedback
 
-__all__ = ["DeploymentStatus", "StopResult", "log_start", "logs", "read_new_lines", "status", "stop"]
+__all__ = ["DeploymentStatus", "StopResult", "logs", "status", "stop"]
 
 _FOLLOW_POLL_SECONDS = 0.2
 
@@ -69,7 +70,7 @@ def _context(sctx: SparkrunContext | None) -> SparkrunContext:
 
 
 def _find(store: DeploymentStore, name: str) -> Deployment:
-    deployment = store.load(name)
+    deployment = store.load(check_name("deployment", name))
     if deployment is None:
         known = ", ".join(d.name for d in store.all()) or "none"
         raise DeploymentError(f"no deployment with this name (deployment={name!r}, known: {known})")
@@ -105,7 +106,7 @@ def stop(
         for deployment in targets:
             activity = feedback.child(host=deployment.hosts[0])
             activity.progress(f"Stopping {deployment.name} (pid {deployment.pid})", stage="stop", status="running")
-            outcome = executor_for(deployment.hosts[0]).stop(deployment.pid, deployment.start_ticks, grace=grace)
+            outcome = executor_for(deployment.hosts[0]).stop(deployment.identity, grace=grace)
             store.remove(deployment.name)
             activity.progress(f"{deployment.name}: {outcome}", stage="stop", status="succeeded")
             results.append(StopResult(deployment.name, outcome))
@@ -113,39 +114,25 @@ def stop(
         return results
 
 
-def read_new_lines(path: Path, position: int) -> tuple[list[str], int, bool]:
-    """Complete lines written after byte ``position``: (lines, new position, whether any bytes were there).
-
-    A partial last line stays unread until its newline arrives.
-    """
-    try:
-        with open(path, "rb") as file:
-            file.seek(position)
-            data = file.read()
-    except FileNotFoundError:
-        return [], position, False
-    complete = data.rfind(b"\n") + 1
-    return data[:complete].decode("utf-8", errors="replace").splitlines(), position + complete, bool(data)
-
-
-def log_start(path: Path, tail: int | None) -> tuple[list[str], int]:
-    """Where reading a log begins: the last ``tail`` lines and the position after them (all of it without tail)."""
-    if tail is None:
-        return [], 0
-    return last_lines(path, tail), path.stat().st_size if path.exists() else 0
-
-
 def _follow(path: Path, deployment: Deployment, tail: int | None, follow: bool) -> Iterator[str]:
-    lines, position = log_start(path, tail)
+    lines, position = log_tail.start(path, tail)
     yield from lines
+    end = None if follow else _size(path)  # without follow, what was there when asked, however fast it grows
     while True:
-        ended = follow and not deployment.alive()  # checked before reading, so its last lines are read
-        lines, position, had_data = read_new_lines(path, position)
+        ended = end is not None or not deployment.alive()  # checked before reading, so its last lines are read
+        lines, position, had_data = log_tail.read_new(path, position, final=ended)
         yield from lines
-        if not follow or (ended and not had_data):
+        if (ended and not had_data) or (end is not None and position >= end):
             return
         if not lines:
             time.sleep(_FOLLOW_POLL_SECONDS)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def logs(

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -93,7 +90,10 @@ def serve(state_dir: Path | None, **given: Any) -> None:
     """Run the daemon in the foreground."""
     from sparkrun.daemon.server import serve as run_server
 
-    run_server(_options(state_dir, **given))
+    def listening(url: str) -> None:
+        click.echo(f"sparkrun daemon listening on {url} (pid {os.getpid()})")
+
+    run_server(_options(state_dir, **given), on_listening=listening)
 
 
 @daemon.command()
@@ -101,19 +101,11 @@ def serve(state_dir: Path | None, **given: Any) -> None:
 @click.option("--timeout", type=click.FloatRange(1, 300), default=60, show_default=True, help="Seconds to wait for it.")
 def start(state_dir: Path | None, timeout: float, **given: Any) -> None:
     """Start the daemon in the background and wait until it answers."""
-    from sparkrun.daemon.server import DaemonPaths, daemon_info
+    from sparkrun.daemon import control
+    from sparkrun.daemon.server import DaemonPaths
 
     options = _options(state_dir, **given)
-    paths = DaemonPaths(options.state_dir)
-    info = daemon_info(paths)
-    if info is not None:
-        try:
-            os.kill(info["pid"], 0)
-        except ProcessLookupError:
-            paths.info.unlink(missing_ok=True)  # left by a daemon that was killed
-        else:
-            raise UserError(f"a daemon already runs for this state directory (state_dir={options.state_dir})")
-    argv = [sys.executable, "-m", "sparkrun", "daemon", "serve", "--state-dir", str(options.state_dir)]
+    argv = []
     for key in ("host", "port", "max_events", "max_event_bytes", "max_workers", "max_streams", "keepalive"):
         if given.get(key) is not None:
             argv += [f"--{key.replace('_', '-')}", str(given[key])]
@@ -121,44 +113,20 @@ def start(state_dir: Path | None, timeout: float, **given: Any) -> None:
         argv.append("--allow-remote")
     if not options.metrics:
         argv.append("--no-metrics")
-    paths.directory.mkdir(parents=True, exist_ok=True)
-    with open(paths.directory / "daemon.log", "ab") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise UserError(f"the daemon exited with code {process.returncode}; see {paths.directory / 'daemon.log'}")
-        info = daemon_info(paths)
-        if info is not None:
-            click.echo(f"daemon started at {info['url']} (pid {info['pid']})")
-            return
-        time.sleep(0.1)
-    raise UserError(f"the daemon did not start within {timeout:g} s; see {paths.directory / 'daemon.log'}")
+    info, stale = control.start(DaemonPaths(options.state_dir), argv, timeout=timeout)
+    if stale:
+        click.echo("removed the record of a daemon that is no longer running", err=True)
+    click.echo(f"daemon started at {info.url} (pid {info.pid})")
 
 
 @daemon.command()
 @state_dir_option
 def stop(state_dir: Path | None) -> None:
-    """Stop the background daemon (its running jobs end as cancelled)."""
-    from sparkrun.daemon.server import DaemonPaths, daemon_info
+    """Stop the background daemon (its running jobs end as cancelled); fine if none runs."""
+    from sparkrun.daemon import control
+    from sparkrun.daemon.server import DaemonPaths
 
-    paths = DaemonPaths(resolved_state_dir(state_dir))
-    info = daemon_info(paths)
-    if info is None:
-        raise UserError(f"no daemon runs for this state directory (state_dir={paths.state_dir})")
-    try:
-        os.kill(info["pid"], signal.SIGTERM)
-    except ProcessLookupError:
-        paths.info.unlink(missing_ok=True)
-        raise UserError(f"the daemon is not running; removed its stale record (pid={info['pid']})") from None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and paths.info.exists():
-        time.sleep(0.1)
-    if paths.info.exists():
-        raise UserError(
-            f"the daemon did not stop within 20 s (pid={info['pid']}); see {paths.directory / 'daemon.log'}"
-        )
-    click.echo(f"daemon stopped (pid {info['pid']})")
+    click.echo(control.stop(DaemonPaths(resolved_state_dir(state_dir))))
 
 
 @daemon.command()
@@ -166,10 +134,7 @@ def stop(state_dir: Path | None) -> None:
 def status(state_dir: Path | None) -> None:
     """Whether the daemon runs, and its jobs by state."""
     client = _client(state_dir)
-    client.health()
-    counts: dict[str, int] = {}
-    for job in client.jobs(limit=10_000):
-        counts[job["state"]] = counts.get(job["state"], 0) + 1
+    counts = client.counts()
     summary = ", ".join(f"{state} {count}" for state, count in sorted(counts.items())) or "no jobs"
     click.echo(f"daemon at {client.url}: {summary}")
 

@@ -46,9 +46,15 @@ class CliState:
         preinstrumented = instrumentor.is_instrumented_by_opentelemetry  # by `opentelemetry-instrument`
         if preinstrumented and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             return  # an OpenTelemetry distro configured the SDK; it owns export and shutdown
-        telemetry = configure(state_dir=state_dir, shutdown_timeout=self.otel_shutdown_timeout)
-        if not preinstrumented:
-            instrumentor.instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider)
+        try:
+            telemetry = configure(state_dir=state_dir, shutdown_timeout=self.otel_shutdown_timeout)
+            if not preinstrumented:
+                instrumentor.instrument(
+                    tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
+                )
+        except Exception as error:  # telemetry never breaks the command it would observe
+            logging.getLogger("sparkrun.cli").warning("telemetry is off for this command: %s", error)
+            return
 
         def stop() -> None:
             if not preinstrumented:

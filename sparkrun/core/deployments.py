@@ -2,36 +2,28 @@
 
 One JSON file per deployment under ``<state_dir>/deployments/``, next to the
 workload's log, so ``status``, ``stop`` and ``logs`` work from any later
-process. Liveness is checked against the recorded process start time, so a
-recycled pid is not mistaken for the workload.
+process. A deployment name follows the name rule (:mod:`sparkrun.core.names`)
+and every path is checked to stay in that folder. Liveness is a
+:class:`~sparkrun.core.processes.ProcessIdentity` check (start time, boot and
+a marker in the workload's environment), so a recycled pid is never mistaken
+for the workload.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import logging
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sparkrun.core.names import is_name, path_in
+from sparkrun.core.processes import ProcessIdentity
 from sparkrun.errors import DeploymentError
 
-__all__ = ["Deployment", "DeploymentStore", "process_alive", "process_start_ticks"]
+__all__ = ["Deployment", "DeploymentStore"]
 
-
-def process_start_ticks(pid: int) -> int | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
-
-
-def process_alive(pid: int, start_ticks: int | None) -> bool:
-    """Whether ``pid`` still runs (not a zombie) and is the same process as recorded."""
-    current = process_start_ticks(pid)
-    return current is not None and (start_ticks is None or current == start_ticks)
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -52,17 +44,26 @@ class Deployment:
     operation_id: str
     started_at: float
     extra: dict[str, Any] = field(default_factory=dict)
+    boot_id: str | None = None
+    marker: str | None = None
 
     @property
     def pids(self) -> list[int]:
         return [self.pid]
 
+    @property
+    def identity(self) -> ProcessIdentity:
+        return ProcessIdentity(self.pid, self.start_ticks, self.boot_id, self.marker)
+
     def alive(self) -> bool:
-        return process_alive(self.pid, self.start_ticks)
+        return self.identity.matches()
 
     @property
     def state(self) -> str:
         return "running" if self.alive() else "exited"
+
+
+_FIELDS = {f.name for f in fields(Deployment)}
 
 
 class DeploymentStore:
@@ -72,31 +73,50 @@ class DeploymentStore:
         self.directory = Path(state_dir) / "deployments"
 
     def log_path(self, name: str) -> Path:
-        return self.directory / f"{name}.log"
+        return path_in(self.directory, name, ".log", field="deployment")
 
     def _record(self, name: str) -> Path:
-        return self.directory / f"{name}.json"
+        return path_in(self.directory, name, ".json", field="deployment")
 
     def save(self, deployment: Deployment) -> None:
+        record = self._record(deployment.name)
         self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self._record(deployment.name).with_suffix(".json.tmp")
+        temporary = record.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(asdict(deployment), indent=2), encoding="utf-8")
-        temporary.replace(self._record(deployment.name))
+        temporary.replace(record)
 
     def load(self, name: str) -> Deployment | None:
+        record = self._record(name)
         try:
-            data = json.loads(self._record(name).read_text(encoding="utf-8"))
+            data = json.loads(record.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, json.JSONDecodeError) as error:
-            raise DeploymentError(f"unreadable deployment record (path={self._record(name)}, {error})") from error
-        return Deployment(**data)
+        except (OSError, ValueError) as error:
+            raise DeploymentError(f"unreadable deployment record (path={record}, {error})") from error
+        if not isinstance(data, dict) or not {"name", "pid", "start_ticks"} <= data.keys() or data["name"] != name:
+            raise DeploymentError(f"unreadable deployment record (path={record}); remove it to forget the deployment")
+        try:
+            return Deployment(**{key: value for key, value in data.items() if key in _FIELDS})
+        except TypeError as error:
+            raise DeploymentError(f"unreadable deployment record (path={record}, {error})") from error
 
     def remove(self, name: str) -> None:
         self._record(name).unlink(missing_ok=True)
 
     def all(self) -> list[Deployment]:
+        """Every readable record; files that are not a deployment's are skipped with a warning."""
         if not self.directory.is_dir():
             return []
-        found = (self.load(path.stem) for path in sorted(self.directory.glob("*.json")))
-        return [deployment for deployment in found if deployment is not None]
+        found = []
+        for path in sorted(self.directory.glob("*.json")):
+            if not is_name(path.stem):
+                _log.warning("ignoring %s: not a deployment record (its name breaks the name rule)", path)
+                continue
+            try:
+                deployment = self.load(path.stem)
+            except (DeploymentError, ValueError) as error:
+                _log.warning("ignoring %s", error)
+                continue
+            if deployment is not None:
+                found.append(deployment)
+        return found

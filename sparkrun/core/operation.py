@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar
 from sparkrun.core import log_bridge
 from sparkrun.core.entry_points import load_group_once
 from sparkrun.core.envelope import check_text
+from sparkrun.core.redaction import Redactor
 from sparkrun.errors import OperationCancelled
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class Operation:
         "error",
         "info",
         "outcome",
-        "redact",
+        "redactor",
     )
 
     def __init__(
@@ -142,8 +143,8 @@ class Operation:
         self._lock = threading.Lock()
         self._delivering: int | None = None
         self._cancel = threading.Event()
-        #: Applied to every event before anyone sees it (the daemon worker's secret redaction).
-        self.redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        #: Secrets replaced in every event and in the outcome before anyone sees them (daemon workers).
+        self.redactor: Redactor | None = None
 
     def __repr__(self) -> str:
         return f"<Operation {self.info.name} {self.info.operation_id} outcome={self.outcome}>"
@@ -191,8 +192,9 @@ class Operation:
         with self._lock:
             self._delivering = ident
             try:
-                if self.redact is not None:
-                    event = self.redact(event)
+                redactor = self.redactor
+                if redactor:
+                    event = redactor.value(event)
                 subscriber = self._subscriber
                 if subscriber is not None:
                     try:
@@ -225,7 +227,8 @@ class Operation:
 
     def _finish(self, outcome: Outcome, error: BaseException | None) -> None:
         self.outcome, self.error = outcome, error
-        self._notify(lambda observer: observer.operation_finished(self.info, outcome, error))
+        observed = self.redactor.error(error) if self.redactor else error
+        self._notify(lambda observer: observer.operation_finished(self.info, outcome, observed))
 
 
 _process_default: Operation | None = None

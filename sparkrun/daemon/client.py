@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkrun.daemon.server import DaemonPaths, daemon_info, read_token
+from sparkrun.daemon.server import DaemonPaths, lock_held, read_info, read_token
 from sparkrun.errors import DaemonError
 
 __all__ = ["DaemonClient", "StreamEvent", "StreamExpired", "parse_sse"]
@@ -63,13 +63,13 @@ class DaemonClient:
     def for_state(cls, state_dir: Path) -> DaemonClient:
         """The client of the daemon running for ``state_dir``."""
         paths = DaemonPaths(state_dir)
-        info = daemon_info(paths)
-        if info is None:
+        info = read_info(paths)
+        if info is None or not lock_held(paths):
             raise DaemonError(
                 f"no daemon runs for this state directory (state_dir={state_dir}); "
                 "start one with `sparkrun daemon start`"
             )
-        return cls(info["url"], read_token(paths))
+        return cls(info.url, read_token(paths))
 
     def close(self) -> None:
         self._http.close()
@@ -96,7 +96,12 @@ class DaemonClient:
         return self._call("POST", "/v1/jobs", json={"operation": operation, "arguments": arguments})
 
     def jobs(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest jobs, as listed (without arguments and results: see :meth:`job`)."""
         return self._call("GET", "/v1/jobs", params={"limit": limit})["jobs"]
+
+    def counts(self) -> dict[str, int]:
+        """How many jobs the journal holds in each state."""
+        return self._call("GET", "/v1/jobs", params={"limit": 1})["counts"]
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{job_id}")

@@ -1,37 +1,43 @@
 """Job lifecycle in the daemon: queue, isolated workers, prompts, cancellation.
 
-Runs on the server's event loop. Each job's worker is a separate process in
-its own session; its messages are read in chunks, so the events one read
-delivers are journaled in one transaction, and stream subscribers are woken
-as soon as they are written.
+Runs on the server's event loop. A job is tracked from its submission until
+it is terminal, so a cancel accepted in any non-terminal state takes effect
+(before the worker exists, while it starts, while it runs or waits for an
+answer). The events one read of the worker delivers are journaled in one
+transaction and wake stream subscribers at once. Requests reach the journal
+through :meth:`JobManager.read`, off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import signal
-import sys
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sparkrun.core.operation import new_operation_id
-from sparkrun.daemon.journal import TERMINAL_STATES, JobRecord, Journal
+from sparkrun.core.processes import ProcessIdentity, signal_group
+from sparkrun.core.redaction import Redactor
+from sparkrun.daemon.journal import TERMINAL_STATES, JobRecord, Journal, UnknownJob
 from sparkrun.daemon.operations import find_operation
-from sparkrun.daemon.worker import Redactor
+from sparkrun.daemon.wakeups import Wakeups
+from sparkrun.daemon.worker import MAX_ERROR_CHARS
+from sparkrun.daemon.worker_process import WorkerProcess
 from sparkrun.errors import SparkrunError
 
 __all__ = ["JobConflict", "JobManager", "JobObserver", "PromptError"]
 
 _log = logging.getLogger(__name__)
 _CANCEL_GRACE_SECONDS = 3.0
+_PROMPT_KINDS = ("confirm", "choice", "secret")
+_T = TypeVar("_T")
 
 
 class JobConflict(SparkrunError):
@@ -53,12 +59,19 @@ class JobObserver(Protocol):
 
 
 @dataclass
-class _Running:
-    process: asyncio.subprocess.Process
+class _Job:
+    """What the daemon holds for one job that is not terminal yet."""
+
     redactor: Redactor = field(default_factory=Redactor)  # the daemon is the last gate for secrets
+    worker: WorkerProcess | None = None
     prompts: dict[str, dict[str, Any]] = field(default_factory=dict)
     cancelled: bool = False
     outcome: tuple[str, Any] | None = None  # ("result", value) or ("error", {...})
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _error(kind: str, message: str) -> dict[str, str]:
+    return {"type": kind, "message": message}
 
 
 class JobManager:
@@ -69,39 +82,50 @@ class JobManager:
         self.state_dir = state_dir
         self.max_workers = max_workers
         self.plugins = list(plugins or [])
-        self._running: dict[str, _Running] = {}
+        self._jobs: dict[str, _Job] = {}
         self._slots = 0  # jobs started or starting: counted before the worker is spawned
         self._closing = False
         self._queue: deque[str] = deque()
-        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.wakeups = Wakeups()
         self.worker_logs = state_dir / "daemon" / "workers"
         self.observers: list[JobObserver] = []
+
+    async def read(self, call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """Run a journal read in a thread, so a slow disk never stalls the event loop."""
+        return await asyncio.to_thread(call, *args, **kwargs)
 
     # -- recovery -------------------------------------------------------------------
 
     def recover(self) -> list[str]:
-        """Mark jobs a previous daemon left unfinished as ``lost``, ending any stray worker."""
+        """Mark jobs a previous daemon left unfinished as ``lost``, ending a stray worker that is provably ours."""
         lost = []
         for job in self.journal.jobs(limit=100_000, states=("queued", "running", "waiting_input")):
-            if job.worker_pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(job.worker_pid, signal.SIGKILL)
-            error = {"type": "WorkerLost", "message": "the daemon restarted while this job was unfinished"}
+            identity = ProcessIdentity.from_json(job.worker)
+            if identity is not None and signal_group(identity, signal.SIGKILL):
+                _log.warning("job %s: ended the worker a previous daemon left (pid %d)", job.job_id, identity.pid)
+            elif job.worker_pid:
+                _log.warning(
+                    "job %s: its worker (pid %d) is gone or not provably ours; not signalled",
+                    job.job_id,
+                    job.worker_pid,
+                )
+            error = _error("WorkerLost", "the daemon restarted while this job was unfinished")
             self.journal.update_job(job.job_id, state="lost", finished_at=time.time(), error=error)
             lost.append(job.job_id)
         return lost
 
     # -- submission -----------------------------------------------------------------
 
-    def submit(self, operation: Any, arguments: Any) -> JobRecord:
+    async def submit(self, operation: Any, arguments: Any) -> JobRecord:
         """Validate and queue a job; raises ValueError / UnknownOperation for bad input."""
         definition = find_operation(operation)
         checked = definition.validate({} if arguments is None else arguments)
-        job = self.journal.create_job(uuid.uuid4().hex, definition.name, checked, new_operation_id())
+        job = await self.read(self.journal.create_job, uuid.uuid4().hex, definition.name, checked, new_operation_id())
+        self._jobs[job.job_id] = _Job()
         self._queue.append(job.job_id)
         self._start_queued()
-        return self.journal.job(job.job_id) or job
+        return job
 
     def _start_queued(self) -> None:
         while self._queue and self._slots < self.max_workers and not self._closing:
@@ -111,26 +135,6 @@ class JobManager:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _spawn(self, job: JobRecord) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "sparkrun.daemon.worker",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            limit=2**22,
-        )
-
-    async def _copy_log(self, job_id: str, running: _Running, stream: asyncio.StreamReader) -> None:
-        """Write the worker's stderr (its log, and its children's output) to disk, redacted line by line."""
-        self.worker_logs.mkdir(parents=True, exist_ok=True)
-        with open(self.worker_logs / f"{job_id}.log", "a", encoding="utf-8") as log:
-            while line := await stream.readline():
-                log.write(running.redactor.text(line.decode("utf-8", errors="replace")))
-                log.flush()
-
     async def _run(self, job_id: str) -> None:
         try:
             await self._run_worker(job_id)
@@ -139,18 +143,26 @@ class JobManager:
             self._start_queued()
 
     async def _run_worker(self, job_id: str) -> None:
+        entry = self._jobs.get(job_id)
         job = self.journal.job(job_id)
-        if job is None or job.state != "queued":
+        if entry is None or entry.cancelled or job is None or job.state != "queued":
             return
         try:
-            process = await self._spawn(job)
+            worker = await WorkerProcess.spawn(entry.redactor)
         except OSError as error:
-            self._finish(job_id, "failed", error={"type": type(error).__name__, "message": str(error)})
+            self._finish(job_id, "failed", error=_error(type(error).__name__, str(error)))
             return
-        running = self._running[job_id] = _Running(process)
+        entry.worker = worker
+        if entry.cancelled:  # cancelled while the worker was starting; the job is already recorded as cancelled
+            await worker.terminate(0)
+            await worker.wait()
+            return
         started = time.time()
-        self.journal.update_job(job_id, state="running", started_at=started, worker_pid=process.pid)
+        self.journal.update_job(
+            job_id, state="running", started_at=started, worker_pid=worker.pid, worker=worker.identity.to_json()
+        )
         self._notify(lambda observer: observer.job_started(job.operation_id, job.operation, started))
+        log_task = asyncio.get_running_loop().create_task(worker.copy_log(self.worker_logs / f"{job_id}.log"))
         spec = {
             "job_id": job_id,
             "operation": job.operation,
@@ -159,95 +171,122 @@ class JobManager:
             "state_dir": str(self.state_dir),
             "plugins": self.plugins,
         }
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-        log_task = asyncio.get_running_loop().create_task(self._copy_log(job_id, running, process.stderr))
-        process.stdin.write((json.dumps(spec) + "\n").encode())
-        await process.stdin.drain()
         try:
-            await self._pump(job_id, running, process.stdout)
+            await worker.send(spec)
+            async for messages in worker.messages():
+                self._take(job_id, entry, messages)
+        except Exception as error:  # whatever breaks the reading concludes the job; it never orphans it
+            _log.warning("job %s: reading its worker failed: %s", job_id, error)
+            if entry.outcome is None or entry.outcome[0] != "error":
+                entry.outcome = ("error", _error("WorkerError", f"the daemon could not read the worker: {error}"))
+            await worker.terminate(_CANCEL_GRACE_SECONDS)
         finally:
-            code = await process.wait()
-            await log_task
-            self._running.pop(job_id, None)
-            self._conclude(job_id, running, code)
+            code = await worker.wait()
+            try:
+                await log_task
+            except Exception as error:
+                _log.warning("job %s: copying its worker log failed: %s", job_id, error)
+            self._conclude(job_id, entry, code)
 
-    async def _pump(self, job_id: str, running: _Running, stream: asyncio.StreamReader) -> None:
-        pending = b""
-        while chunk := await stream.read(2**16):
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            events = []
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    message = json.loads(line)
-                except json.JSONDecodeError:
-                    _log.warning("job %s: unreadable worker message dropped", job_id)
-                    continue
-                kind = message.get("kind")
-                if kind == "event":
-                    events.append(running.redactor.value(message["event"]))
-                    continue
-                if events:  # keep journal order: flush events before acting on anything else
-                    self._append(job_id, events)
-                    events = []
-                if kind == "prompt":
-                    self._ask(job_id, running, message["prompt"])
-                elif kind in ("result", "error"):
-                    running.outcome = (kind, running.redactor.value(message.get(kind)))
-            if events:
+    def _take(self, job_id: str, entry: _Job, messages: list[dict[str, Any]]) -> None:
+        events: list[dict[str, Any]] = []
+        for message in messages:
+            kind = message["kind"]
+            if kind == "event":
+                event = message.get("event")
+                if isinstance(event, dict) and isinstance(event.get("operation_id"), str):
+                    events.append(entry.redactor.value(event))
+                continue
+            if events:  # keep journal order: flush events before acting on anything else
                 self._append(job_id, events)
+                events = []
+            if kind == "prompt":
+                self._ask(job_id, entry, message.get("prompt"))
+            elif kind in ("result", "error"):
+                entry.outcome = (kind, self._outcome_value(kind, entry.redactor.value(message.get(kind))))
+        if events:
+            self._append(job_id, events)
+
+    @staticmethod
+    def _outcome_value(kind: str, value: Any) -> Any:
+        if kind == "result":
+            return value
+        if not isinstance(value, dict):
+            return _error("WorkerError", "the worker reported an error without details")
+        message = str(value.get("message") or "")
+        if len(message) > MAX_ERROR_CHARS:
+            message = message[: MAX_ERROR_CHARS - 1] + "…"
+        return _error(str(value.get("type") or "Error")[:200], message)
 
     def _append(self, job_id: str, events: list[dict[str, Any]]) -> None:
         self.journal.append_many(job_id, events)
-        self._wake(job_id)
+        self.wakeups.wake(job_id)
         if self.observers:
             operation_id = events[0]["operation_id"]
             self._notify(lambda observer: observer.job_events(operation_id, events))
 
-    def _notify(self, call: Any) -> None:
+    def _notify(self, call: Callable[[JobObserver], object]) -> None:
         for observer in self.observers:
             try:
                 call(observer)
             except Exception:
                 _log.warning("job observer %r failed", observer, exc_info=True)
 
-    def _conclude(self, job_id: str, running: _Running, code: int) -> None:
-        if running.cancelled:
-            self._finish(job_id, "cancelled", error={"type": "Cancelled", "message": "cancelled by request"})
-        elif running.outcome and running.outcome[0] == "result":
-            self._finish(job_id, "succeeded", result=running.outcome[1])
-        elif running.outcome:
-            self._finish(job_id, "failed", error=running.outcome[1])
+    def _conclude(self, job_id: str, entry: _Job, code: int) -> None:
+        if entry.cancelled:
+            self._finish(job_id, "cancelled", error=_error("Cancelled", "cancelled by request"))
+        elif entry.outcome and entry.outcome[0] == "result":
+            self._finish(job_id, "succeeded", result=entry.outcome[1])
+        elif entry.outcome:
+            self._finish(job_id, "failed", error=entry.outcome[1])
         else:
             message = f"the worker exited with code {code} before reporting an outcome"
-            self._finish(job_id, "failed", error={"type": "WorkerExited", "message": message})
+            self._finish(job_id, "failed", error=_error("WorkerExited", message))
 
     def _finish(self, job_id: str, state: str, **fields: Any) -> None:
+        """Record the job's terminal state, once: the first conclusion wins."""
+        entry = self._jobs.pop(job_id, None)
+        if entry is None:
+            return
         finished = time.time()
-        job = self.journal.update_job(job_id, state=state, finished_at=finished, **fields)
-        self._wake(job_id)
+        try:
+            job = self.journal.update_job(job_id, state=state, finished_at=finished, **fields)
+        except ValueError as error:  # e.g. a result that is not strict JSON after all
+            fields = {"error": _error("ResultError", str(error))}
+            job = self.journal.update_job(job_id, state="failed", finished_at=finished, **fields)
+        entry.done.set()
+        self.wakeups.wake(job_id)
         if job.started_at is not None:
-            self._notify(lambda observer: observer.job_finished(job.operation_id, state, finished))
+            self._notify(lambda observer: observer.job_finished(job.operation_id, job.state, finished))
 
     # -- prompts --------------------------------------------------------------------
 
-    def _ask(self, job_id: str, running: _Running, prompt: dict[str, Any]) -> None:
-        running.prompts[prompt["prompt_id"]] = prompt
+    def _ask(self, job_id: str, entry: _Job, prompt: Any) -> None:
+        if not isinstance(prompt, dict) or prompt.get("kind") not in _PROMPT_KINDS:
+            _log.warning("job %s: malformed prompt dropped", job_id)
+            return
+        prompt_id, question, choices = prompt.get("prompt_id"), prompt.get("question"), prompt.get("choices")
+        if not (isinstance(prompt_id, str) and 0 < len(prompt_id) <= 64 and isinstance(question, str)):
+            _log.warning("job %s: malformed prompt dropped", job_id)
+            return
+        if choices is not None and not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
+            _log.warning("job %s: malformed prompt dropped", job_id)
+            return
+        shown = entry.redactor.value({"question": question[:4096], "choices": choices})
+        entry.prompts[prompt_id] = {"prompt_id": prompt_id, "kind": prompt["kind"], **shown}
         self.journal.update_job(job_id, state="waiting_input")
-        self._wake(job_id)
+        self.wakeups.wake(job_id)
 
     def prompts(self, job_id: str) -> list[dict[str, Any]]:
-        running = self._running.get(job_id)
-        return list(running.prompts.values()) if running else []
+        entry = self._jobs.get(job_id)
+        return list(entry.prompts.values()) if entry else []
 
     async def answer(self, job_id: str, prompt_id: str, value: Any) -> None:
         """Check an answer against its prompt and hand it to the worker (never stored or logged)."""
-        running = self._running.get(job_id)
-        prompt = running.prompts.get(prompt_id) if running else None
-        if running is None or prompt is None:
-            raise PromptError(f"no pending prompt with this id (job_id={job_id}, prompt_id={prompt_id!r})")
+        entry = self._jobs.get(job_id)
+        prompt = entry.prompts.get(prompt_id) if entry else None
+        if entry is None or prompt is None or entry.worker is None:
+            raise PromptError(f"no pending prompt with this id (job_id={job_id}, prompt_id={prompt_id[:80]!r})")
         kind = prompt["kind"]
         if kind == "confirm" and not isinstance(value, bool):
             raise ValueError(f"answer to a confirm prompt must be true or false, not {type(value).__name__}")
@@ -255,59 +294,52 @@ class JobManager:
             raise ValueError(f"answer must be one of {', '.join(prompt['choices'])} (answer={value!r:.60})")
         if kind == "secret" and (not isinstance(value, str) or not value):
             raise ValueError("answer to a secret prompt must be a non-empty string")
-        del running.prompts[prompt_id]
+        del entry.prompts[prompt_id]
         if kind == "secret":
-            running.redactor.add(value)
-        stdin = running.process.stdin
-        assert stdin is not None
-        stdin.write((json.dumps({"answer": {"prompt_id": prompt_id, "value": value}}) + "\n").encode())
-        await stdin.drain()
-        if not running.prompts:
+            entry.redactor.add(value)
+        await entry.worker.send({"answer": {"prompt_id": prompt_id, "value": value}})
+        if not entry.prompts and job_id in self._jobs:  # on the loop: the job cannot have finished meanwhile
             self.journal.update_job(job_id, state="running")
-            self._wake(job_id)
+            self.wakeups.wake(job_id)
 
     # -- cancellation ---------------------------------------------------------------
 
     async def cancel(self, job_id: str) -> JobRecord:
-        job = self.journal.job(job_id)
+        """Cancel a job in any non-terminal state; returns its record once the cancel took effect."""
+        job = await self.read(self.journal.job, job_id)
         if job is None:
-            raise KeyError(job_id)
+            raise UnknownJob(job_id)
         if job.state in TERMINAL_STATES:
             raise JobConflict(f"the job is already finished (job_id={job_id}, state={job.state})")
-        if job_id in self._queue:
-            self._queue.remove(job_id)
-            self._finish(job_id, "cancelled", error={"type": "Cancelled", "message": "cancelled before it started"})
-            return self.journal.job(job_id) or job
-        running = self._running.get(job_id)
-        if running is not None:
-            running.cancelled = True
-            await self._terminate(running.process)
-        return self.journal.job(job_id) or job
-
-    async def _terminate(self, process: asyncio.subprocess.Process) -> None:
-        for sig, wait in ((signal.SIGTERM, _CANCEL_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, sig)
-            try:
-                await asyncio.wait_for(asyncio.shield(process.wait()), wait)
-                return
-            except TimeoutError:
-                continue
+        entry = self._jobs.get(job_id)
+        if entry is None:  # unfinished in the journal but not this daemon's: nothing runs it
+            await self.read(
+                self.journal.update_job, job_id, state="cancelled", finished_at=time.time(), error=_cancelled()
+            )
+        elif entry.worker is None:  # queued, or its worker is still starting (see _run_worker)
+            entry.cancelled = True
+            if job_id in self._queue:
+                self._queue.remove(job_id)
+            self._finish(job_id, "cancelled", error=_cancelled("cancelled before it started"))
+        else:
+            entry.cancelled = True
+            await entry.worker.terminate(_CANCEL_GRACE_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(entry.done.wait(), 15)
+        return await self.read(self.journal.job, job_id) or job
 
     async def shutdown(self) -> None:
         """Stop every worker (the daemon is exiting); running and queued jobs end as cancelled."""
         self._closing = True
-        for waiters in list(self._waiters.values()):  # wake every stream so it can end
-            for future in waiters:
-                if not future.done():
-                    future.set_result(None)
-        while self._queue:
-            self._finish(
-                self._queue.popleft(), "cancelled", error={"type": "Cancelled", "message": "the daemon stopped"}
-            )
-        for running in list(self._running.values()):
-            running.cancelled = True
-            await self._terminate(running.process)
+        self.wakeups.wake_all()  # every stream ends instead of waiting
+        for job_id, entry in list(self._jobs.items()):
+            entry.cancelled = True
+            if entry.worker is None:
+                self._queue.clear()
+                self._finish(job_id, "cancelled", error=_cancelled("the daemon stopped"))
+        await asyncio.gather(
+            *(entry.worker.terminate(_CANCEL_GRACE_SECONDS) for entry in self._jobs.values() if entry.worker)
+        )
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=10)
 
@@ -316,16 +348,6 @@ class JobManager:
         """Whether the daemon is shutting down (streams end instead of waiting)."""
         return self._closing
 
-    # -- wake-ups for stream subscribers ---------------------------------------------
 
-    def waiter(self, job_id: str) -> asyncio.Future[None]:
-        """A future resolved at the next write or state change of ``job_id``."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(job_id, set()).add(future)
-        future.add_done_callback(lambda done: self._waiters.get(job_id, set()).discard(done))
-        return future
-
-    def _wake(self, job_id: str) -> None:
-        for future in list(self._waiters.pop(job_id, ())):
-            if not future.done():
-                future.set_result(None)
+def _cancelled(message: str = "cancelled by request") -> dict[str, str]:
+    return _error("Cancelled", message)

@@ -12,6 +12,7 @@ committed append survive ``kill -9`` of the daemon.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -22,21 +23,47 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from sparkrun.core import strict_json
 from sparkrun.errors import SparkrunError
 
-__all__ = ["STATES", "TERMINAL_STATES", "CursorExpired", "JobRecord", "Journal", "UnknownJob"]
+__all__ = [
+    "LISTED_FIELDS",
+    "STATES",
+    "TERMINAL_STATES",
+    "CursorExpired",
+    "JobRecord",
+    "Journal",
+    "JournalUnreadable",
+    "UnknownJob",
+]
 
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "lost")
 STATES = ("queued", "running", "waiting_input", *TERMINAL_STATES)
 
-_UPDATABLE = ("state", "started_at", "finished_at", "result", "error", "worker_pid")
-_JSON_COLUMNS = ("arguments", "result", "error")
+_UPDATABLE = ("state", "started_at", "finished_at", "result", "error", "worker_pid", "worker")
+_JSON_COLUMNS = ("arguments", "result", "error", "worker")
+#: Columns added since the first release, with their types (a journal created earlier gains them at open).
+_ADDED_COLUMNS = {"worker": "JSON"}
+#: What a job listing shows: no arguments or result, which may each be large.
+LISTED_FIELDS = (
+    "job_id",
+    "operation",
+    "operation_id",
+    "state",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "error",
+    "worker_pid",
+    "first_retained",
+    "last_seq",
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, operation TEXT NOT NULL, arguments JSON NOT NULL,
     operation_id TEXT NOT NULL, state TEXT NOT NULL, created_at REAL NOT NULL,
-    started_at REAL, finished_at REAL, result JSON, error JSON, worker_pid INTEGER
+    started_at REAL, finished_at REAL, result JSON, error JSON, worker_pid INTEGER, worker JSON
 );
 CREATE TABLE IF NOT EXISTS events (
     job_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
@@ -67,6 +94,17 @@ class CursorExpired(SparkrunError):
         self.after = after
 
 
+class JournalUnreadable(SparkrunError):
+    """The journal file is not a usable SQLite database (corrupt, or not a journal at all)."""
+
+    def __init__(self, path: Path, error: Exception) -> None:
+        super().__init__(
+            f"the job journal is unreadable (path={path}, {error}); "
+            "move it aside to start the daemon with an empty journal"
+        )
+        self.path = path
+
+
 class UnknownJob(SparkrunError):
     """No job with this id is in the journal (never created, or pruned)."""
 
@@ -92,10 +130,16 @@ class JobRecord:
     worker_pid: int | None
     first_retained: int
     last_seq: int
+    #: The worker's :class:`~sparkrun.core.processes.ProcessIdentity`, as recorded at spawn.
+    worker: dict | None = None
 
     def to_json(self) -> dict:
-        """All fields as a JSON-ready dict (the API's job representation)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """All fields but the worker's identity as a JSON-ready dict (the API's job representation)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "worker"}
+
+    def summary(self) -> dict:
+        """The fields a job listing shows (small whatever the job's arguments or result)."""
+        return {name: getattr(self, name) for name in LISTED_FIELDS}
 
 
 class _Counters:
@@ -130,14 +174,23 @@ class Journal:
         self.trimmed_total = 0
         # Autocommit mode: transactions are explicit, so each append is exactly one commit.
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        # A checkpoint stalls the writer on two fsyncs; every 4000 pages (~16 MB of WAL)
-        # instead of 1000 pays them a quarter as often and merges repeated page writes.
-        self._db.execute("PRAGMA wal_autocheckpoint=4000")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            # A checkpoint stalls the writer on two fsyncs; every 4000 pages (~16 MB of WAL)
+            # instead of 1000 pays them a quarter as often and merges repeated page writes.
+            self._db.execute("PRAGMA wal_autocheckpoint=4000")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in present:
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+            self._db.execute("SELECT COUNT(*) FROM events").fetchone()
+        except sqlite3.DatabaseError as error:
+            self._db.close()
+            raise JournalUnreadable(self.path, error) from None
 
     def create_job(self, job_id: str, operation: str, arguments: dict, operation_id: str) -> JobRecord:
         """Record a new job in state ``queued``; a duplicate id is a ``ValueError``."""
@@ -340,15 +393,33 @@ class Journal:
         return {state: count for state, count in rows}
 
 
-# One shared encoder: json.dumps() with separators builds a new encoder on every call.
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+# One shared encoder: json.dumps() with separators builds a new encoder on every call. Only strict
+# JSON is stored (ASCII, finite numbers), so whatever a job holds, every client can read it back.
+_encode = strict_json.dumps
+
+
+def _loaded(text: str) -> Any:
+    """A stored JSON column; anything a journal of an earlier version let in is made readable."""
+    try:
+        return strict_json.made_safe(json.loads(text))
+    except ValueError:
+        pass
+    try:
+        return strict_json.made_safe(json.loads(text, parse_constant=lambda name: None, parse_float=_finite_or_none))
+    except ValueError as error:
+        return {"unreadable": f"this value could not be read back as strict JSON ({error})"}
+
+
+def _finite_or_none(text: str) -> float | None:
+    number = float(text)
+    return number if math.isfinite(number) else None
 
 
 def _record(row: sqlite3.Row) -> JobRecord:
     data = dict(row)
     for column in _JSON_COLUMNS:
         if data[column] is not None:
-            data[column] = json.loads(data[column])
+            data[column] = _loaded(data[column])
     first_seq, data["last_seq"] = data.pop("first_seq"), data["last_seq"] or 0
     data["first_retained"] = first_seq if first_seq is not None else data["last_seq"] + 1
     return JobRecord(**data)

@@ -16,6 +16,7 @@ from typing import Any
 
 from sparkrun.core.context import SparkrunContext
 from sparkrun.core.entry_points import load_group_once
+from sparkrun.core.names import check_name
 from sparkrun.errors import SparkrunError
 
 __all__ = [
@@ -50,10 +51,21 @@ class Prompter:
 
 @dataclass(frozen=True)
 class Param:
-    """One argument: its JSON type (str, int, float, bool, dict, list) and whether it is required."""
+    """One argument: its JSON type (str, int, float, bool, dict, list), whether it is required, and an
+    optional ``check(field, value)`` that raises ``ValueError`` naming the field for a value out of range."""
 
     kind: type
     required: bool = False
+    check: Callable[[str, Any], Any] | None = None
+
+
+def _in_range(low: int, high: int) -> Callable[[str, Any], Any]:
+    def check(field: str, value: int) -> int:
+        if not low <= value <= high:
+            raise ValueError(f"{field} is {value}; it must be from {low} to {high}")
+        return value
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,8 @@ class DaemonOperation:
                 raise ValueError(
                     f"argument {name} must be {param.kind.__name__}, not {type(value).__name__} ({value!r:.60})"
                 )
+            if param.check is not None:
+                param.check(f"argument {name}", value)
         for name, param in self.params.items():
             if param.required and arguments.get(name) is None:
                 raise ValueError(f"argument {name} is required for operation {self.name}")
@@ -168,11 +182,23 @@ def _register_builtins() -> None:
         DaemonOperation(
             "run",
             _run,
-            {"recipe": Param(str, True), "overrides": Param(dict), "port": Param(int), "name": Param(str)},
+            {
+                "recipe": Param(str, True),
+                "overrides": Param(dict),
+                "port": Param(int, check=_in_range(1, 65535)),
+                "name": Param(str, check=check_name),
+            },
             "Launch a recipe.",
         ),
-        DaemonOperation("stop", _stop, {"name": Param(str), "all": Param(bool)}, "Stop a deployment."),
+        DaemonOperation(
+            "stop", _stop, {"name": Param(str, check=check_name), "all": Param(bool)}, "Stop a deployment."
+        ),
         DaemonOperation("status", _status, {}, "List deployments."),
-        DaemonOperation("logs", _logs, {"name": Param(str, True), "tail": Param(int)}, "Read a deployment's log."),
+        DaemonOperation(
+            "logs",
+            _logs,
+            {"name": Param(str, True, check=check_name), "tail": Param(int, check=_in_range(0, 100_000))},
+            "Read a deployment's log.",
+        ),
     ):
         _registry.setdefault(operation.name, operation)

@@ -1,29 +1,46 @@
 """Running the daemon: one per state directory, loopback by default, token auth.
 
 ``STATE/daemon/`` holds the ``token`` (mode 0600, kept across restarts so
-clients keep working), ``daemon.json`` ({url, pid}) while it runs, a lock
-file that keeps a second daemon off the same state, the SQLite journal and
-the workers' logs.
+clients keep working), ``daemon.json`` ({url, pid, identity}) while it runs,
+a lock file whose flock is held for the daemon's lifetime (the proof that a
+daemon runs: a dead one, even a zombie, holds no lock), the SQLite journal
+and the workers' logs. Every file problem is one error naming the file and
+what to do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
+import functools
 import ipaddress
 import json
 import logging
 import os
+import resource
 import secrets
 import signal
+import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from sparkrun.core.processes import ProcessIdentity
 from sparkrun.errors import DaemonError
 
-__all__ = ["DaemonPaths", "ServeOptions", "read_token", "serve"]
+__all__ = [
+    "DaemonInfo",
+    "DaemonPaths",
+    "ServeOptions",
+    "lock_held",
+    "read_info",
+    "read_token",
+    "serve",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -52,6 +69,10 @@ class DaemonPaths:
     def journal(self) -> Path:
         return self.directory / "journal.sqlite3"
 
+    @property
+    def log(self) -> Path:
+        return self.directory / "daemon.log"
+
 
 @dataclass(frozen=True)
 class ServeOptions:
@@ -63,9 +84,21 @@ class ServeOptions:
     max_event_bytes: int = 16 * 2**20
     max_workers: int = 4
     max_streams: int = 64
+    max_connections: int = 512
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
     keepalive_seconds: float = 15.0
     plugins: tuple[str, ...] = ()
     metrics: bool = True
+
+
+@dataclass(frozen=True)
+class DaemonInfo:
+    """What ``daemon.json`` says about the running daemon."""
+
+    url: str
+    pid: int
+    identity: ProcessIdentity | None
 
 
 def _is_loopback(host: str) -> bool:
@@ -78,16 +111,33 @@ def _is_loopback(host: str) -> bool:
 
 
 def read_token(paths: DaemonPaths) -> str:
+    """The daemon's bearer token; every unusable token file is a one-line error naming it."""
+    path = paths.token
     try:
-        return paths.token.read_text(encoding="utf-8").strip()
+        raw = path.read_bytes()
     except FileNotFoundError:
-        raise DaemonError(f"no daemon token; start the daemon first (path={paths.token})") from None
+        raise DaemonError(f"no daemon token; start the daemon first (path={path})") from None
+    except IsADirectoryError:
+        raise DaemonError(f"the token path is a directory (path={path}); remove it and start the daemon") from None
+    except OSError as error:
+        raise DaemonError(f"cannot read the daemon token (path={path}, {error.strerror})") from None
+    try:
+        token = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        token = ""
+    if not token or any(c.isspace() for c in token) or len(token) > 512:
+        raise DaemonError(
+            f"the daemon token file is empty or not a token (path={path}); "
+            "delete it and restart the daemon to make a new one"
+        )
+    return token
 
 
 def _ensure_token(paths: DaemonPaths) -> str:
-    if paths.token.exists():
+    if paths.token.exists() or paths.token.is_symlink():
+        token = read_token(paths)
         os.chmod(paths.token, 0o600)
-        return read_token(paths)
+        return token
     token = secrets.token_urlsafe(32)
     descriptor = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as file:
@@ -95,31 +145,132 @@ def _ensure_token(paths: DaemonPaths) -> str:
     return token
 
 
+def read_info(paths: DaemonPaths) -> DaemonInfo | None:
+    """``daemon.json`` of the daemon of this state, None if there is none; malformed is a clear error."""
+    path = paths.info
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        data = None
+    url, pid = (data.get("url"), data.get("pid")) if isinstance(data, dict) else (None, None)
+    if not isinstance(url, str) or not url.startswith("http") or type(pid) is not int or pid <= 1:
+        raise DaemonError(
+            f"the daemon record is malformed (path={path}, expected {{url, pid}}); "
+            "if no daemon runs, `sparkrun daemon stop` removes it"
+        )
+    return DaemonInfo(url, pid, ProcessIdentity.from_json(data.get("identity")))
+
+
+def lock_held(paths: DaemonPaths) -> bool:
+    """Whether a live daemon holds this state directory's lock (a dead one cannot)."""
+    try:
+        handle = open(paths.lock, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
 def _lock(paths: DaemonPaths) -> IO[str]:
+    if paths.lock.is_dir():
+        raise DaemonError(f"the daemon lock path is a directory (path={paths.lock}); remove it")
     handle = open(paths.lock, "a+", encoding="utf-8")  # noqa: SIM115 - held for the daemon's lifetime
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
         try:
-            running = json.loads(paths.info.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            running = {}
+            running = read_info(paths)
+        except DaemonError:
+            running = None
         raise DaemonError(
             f"a daemon already runs for this state directory (state_dir={paths.state_dir}, "
-            f"pid={running.get('pid', '?')}, url={running.get('url', '?')})"
+            f"pid={running.pid if running else '?'}, url={running.url if running else '?'})"
         ) from None
     return handle
 
 
-async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so a busy port is one clear error rather than a server traceback."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as error:
+        raise DaemonError(f"cannot resolve the address to listen on (host={host}, {error.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(256)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise DaemonError(
+                f"the port is already in use (host={host}, port={port}); "
+                "choose another with --port, or stop what listens there"
+            ) from None
+        raise DaemonError(f"cannot listen (host={host}, port={port}, {error.strerror})") from None
+    sock.setblocking(False)
+    return sock
+
+
+def _raise_file_limit() -> int:
+    """Use the hard limit on open files (clients, streams and workers all need descriptors)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft
+
+
+class _LoopErrors:
+    """The event loop's exception handler: one line per kind of error a minute, not a traceback each time."""
+
+    def __init__(self) -> None:
+        self._reported: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        kind = f"{context.get('message', 'error')}: {type(error).__name__ if error else ''}"
+        now = time.monotonic()
+        if now - self._reported.get(kind, -60.0) < 60.0:
+            self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+            return
+        self._reported[kind] = now
+        again = self._suppressed.pop(kind, 0)
+        note = f" ({again} more since the last report)" if again else ""
+        _log.error("%s %s%s", kind, error or "", note)
+
+
+def _connection_budget(options: ServeOptions, file_limit: int) -> int:
+    # Keep descriptors for the journal, worker pipes (3 per worker) and the files requests read.
+    reserve = 64 + 4 * options.max_workers
+    return max(8, min(options.max_connections, file_limit - reserve))
+
+
+async def _serve(
+    options: ServeOptions, paths: DaemonPaths, token: str, on_listening: Callable[[str], None] | None
+) -> None:
     import uvicorn
 
     from sparkrun.daemon.app import DaemonSettings, StreamSlots, create_app
+    from sparkrun.daemon.http_protocol import GuardedH11Protocol
     from sparkrun.daemon.jobs import JobManager
     from sparkrun.daemon.journal import Journal
     from sparkrun.daemon.operations import load_plugins
 
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_LoopErrors())
+    file_limit = _raise_file_limit()
+    sock = _bind(options.host, options.port)
     load_plugins(options.plugins)
     journal = Journal(paths.journal, max_events=options.max_events, max_event_bytes=options.max_event_bytes)
     manager = JobManager(journal, paths.state_dir, max_workers=options.max_workers, plugins=list(options.plugins))
@@ -127,7 +278,12 @@ async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
     if lost:
         _log.warning("marked %d unfinished job(s) of a previous daemon as lost", len(lost))
     journal.prune()
-    settings = DaemonSettings(token=token, max_streams=options.max_streams, keepalive_seconds=options.keepalive_seconds)
+    settings = DaemonSettings(
+        token=token,
+        max_streams=options.max_streams,
+        keepalive_seconds=options.keepalive_seconds,
+        body_timeout=options.body_timeout,
+    )
     slots = StreamSlots()
     render = None
     if options.metrics:
@@ -136,16 +292,19 @@ async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
         daemon_metrics = DaemonMetrics(journal, lambda: slots.active)
         manager.observers.append(daemon_metrics)
         render = daemon_metrics.render
+    protocol = functools.partial(
+        GuardedH11Protocol,
+        header_timeout=options.header_timeout,
+        max_connections=_connection_budget(options, file_limit),
+    )
     config = uvicorn.Config(
         create_app(manager, settings, slots=slots, metrics=render),
-        host=options.host,
-        port=options.port,
+        http=protocol,  # type: ignore[arg-type]
         log_level="warning",
         lifespan="off",
         timeout_graceful_shutdown=5,
     )
     server = _uvicorn_server(config)
-    loop = asyncio.get_running_loop()
 
     async def stop() -> None:
         await manager.shutdown()  # jobs end first, so open streams get their end event and close
@@ -153,17 +312,20 @@ async def _serve(options: ServeOptions, paths: DaemonPaths, token: str) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: loop.create_task(stop()))
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
             if task.done():
                 await task
                 raise DaemonError(f"the daemon could not listen (host={options.host}, port={options.port})")
             await asyncio.sleep(0.02)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        url = f"http://{options.host}:{port}"
-        paths.info.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
-        print(f"sparkrun daemon listening on {url} (pid {os.getpid()})", flush=True)
+        host, port = sock.getsockname()[:2]
+        url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        identity = ProcessIdentity.of(os.getpid(), with_cmdline=True)
+        record = {"url": url, "pid": os.getpid(), "identity": identity.to_json()}
+        paths.info.write_text(json.dumps(record), encoding="utf-8")
+        if on_listening is not None:
+            on_listening(url)
         await task
     finally:
         await manager.shutdown()
@@ -184,8 +346,8 @@ def _uvicorn_server(config: Any) -> Any:
     return Server(config)
 
 
-def serve(options: ServeOptions) -> None:
-    """Run the daemon in the foreground until SIGINT/SIGTERM."""
+def serve(options: ServeOptions, *, on_listening: Callable[[str], None] | None = None) -> None:
+    """Run the daemon in the foreground until SIGINT/SIGTERM; ``on_listening`` gets its URL once it answers."""
     if not _is_loopback(options.host):
         if not options.allow_remote:
             raise DaemonError(
@@ -194,20 +356,15 @@ def serve(options: ServeOptions) -> None:
             )
         _log.warning("listening on %s: the daemon is reachable from other machines; guard its token", options.host)
     paths = DaemonPaths(options.state_dir)
-    paths.directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(paths.directory, 0o700)
+    try:
+        paths.directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(paths.directory, 0o700)
+    except OSError as error:
+        raise DaemonError(f"cannot use the daemon directory (path={paths.directory}, {error.strerror})") from None
     lock = _lock(paths)
     try:
         token = _ensure_token(paths)
-        asyncio.run(_serve(options, paths, token))
+        asyncio.run(_serve(options, paths, token, on_listening))
     finally:
         with contextlib.suppress(OSError):
             lock.close()
-
-
-def daemon_info(paths: DaemonPaths) -> dict[str, Any] | None:
-    """``daemon.json`` of the daemon running for this state, if any."""
-    try:
-        return json.loads(paths.info.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None

@@ -20,49 +20,27 @@ import threading
 import uuid
 from typing import IO, Any
 
+from sparkrun.core import strict_json
+from sparkrun.core.redaction import Redactor
 from sparkrun.daemon.operations import Prompter, find_operation, load_plugins
 
-__all__ = ["Redactor", "main"]
+__all__ = ["MAX_ERROR_CHARS", "MAX_RESULT_BYTES", "main"]
 
-REDACTED = "[redacted]"
-
-
-class Redactor:
-    """Replaces every secret answer given to this job, wherever it appears."""
-
-    def __init__(self) -> None:
-        self._secrets: list[str] = []
-
-    def add(self, secret: str) -> None:
-        if secret and secret not in self._secrets:
-            self._secrets.append(secret)
-
-    def text(self, value: str) -> str:
-        for secret in self._secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-
-    def value(self, value: Any) -> Any:
-        """``value`` with every secret replaced, looking inside dicts and lists (as is without secrets)."""
-        if not self._secrets:
-            return value
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {self.text(key) if isinstance(key, str) else key: self.value(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [self.value(item) for item in value]
-        return value
+#: A job's result travels and is stored whole; larger ones fail the job with this limit named.
+MAX_RESULT_BYTES = 4 * 2**20
+#: Error messages are cut to this many characters (they appear in every job listing).
+MAX_ERROR_CHARS = 4096
 
 
-class _RedactingFilter(logging.Filter):
+class _RedactingFormatter(logging.Formatter):
+    """Formats a record, traceback included, then removes every secret from the whole text."""
+
     def __init__(self, redactor: Redactor) -> None:
-        super().__init__()
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._redactor = redactor
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = self._redactor.text(record.getMessage()), None
-        return True
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redactor.text(super().format(record))
 
 
 class _Channel:
@@ -73,7 +51,9 @@ class _Channel:
         self._lock = threading.Lock()
 
     def send(self, kind: str, **fields: Any) -> None:
-        line = json.dumps({"kind": kind, **fields}, default=str)
+        self.send_line(json.dumps({"kind": kind, **fields}, default=str))
+
+    def send_line(self, line: str) -> None:
         with self._lock:
             try:
                 self._stream.write(line + "\n")
@@ -83,14 +63,13 @@ class _Channel:
 
 
 class _WorkerPrompter(Prompter):
-    def __init__(self, channel: _Channel, answers: IO[str], redactor: Redactor, operation: Any) -> None:
-        self._channel, self._answers, self._redactor, self._operation = channel, answers, redactor, operation
+    def __init__(self, channel: _Channel, answers: IO[str], redactor: Redactor) -> None:
+        self._channel, self._answers, self._redactor = channel, answers, redactor
 
     def _ask(self, kind: str, question: str, choices: list[str] | None = None) -> Any:
         prompt_id = uuid.uuid4().hex[:12]
-        self._channel.send(
-            "prompt", prompt={"prompt_id": prompt_id, "kind": kind, "question": question, "choices": choices}
-        )
+        shown = self._redactor.value({"question": question, "choices": choices})
+        self._channel.send("prompt", prompt={"prompt_id": prompt_id, "kind": kind, **shown})
         line = self._answers.readline()
         if not line:
             raise RuntimeError("the daemon closed the prompt channel")
@@ -108,7 +87,6 @@ class _WorkerPrompter(Prompter):
     def secret(self, question: str) -> str:
         value = str(self._ask("secret", question))
         self._redactor.add(value)
-        self._operation.redact = self._redactor.value
         return value
 
 
@@ -116,8 +94,7 @@ def _configure_logging(redactor: Redactor) -> None:
     from sparkrun.core.log_bridge import PROGRESS
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(_RedactingFilter(redactor))
+    handler.setFormatter(_RedactingFormatter(redactor))
     logging.basicConfig(level=PROGRESS, handlers=[handler], force=True)
 
 
@@ -126,13 +103,46 @@ def _start_telemetry(state_dir: Any) -> Any:
 
     if not env_flag(os.environ.get("SPARKRUN_OTEL"), default=True):
         return None
-    import otel
+    try:
+        import otel
 
-    telemetry = otel.configure(state_dir=state_dir)
-    otel.SparkrunInstrumentor().instrument(
-        tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
-    )
+        telemetry = otel.configure(state_dir=state_dir)
+        otel.SparkrunInstrumentor().instrument(
+            tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
+        )
+    except Exception as error:  # telemetry never breaks the job it would observe
+        logging.getLogger(__name__).warning("telemetry is off for this job: %s", error)
+        return None
     return telemetry
+
+
+def _result_line(result: Any, redactor: Redactor) -> str:
+    """The ``result`` message as strict JSON within the size limit, else an ``error`` message saying why."""
+    try:
+        plain = json.loads(json.dumps(result, default=str))
+        line = strict_json.dumps({"kind": "result", "result": strict_json.made_safe(redactor.value(plain), "result")})
+    except (ValueError, TypeError, RecursionError) as error:
+        return _error_line("ResultError", f"the job's result is not strict JSON: {error}", redactor)
+    if len(line) > MAX_RESULT_BYTES:
+        message = f"the job's result is too large (bytes={len(line)}, limit={MAX_RESULT_BYTES})"
+        return _error_line("ResultTooLarge", message, redactor)
+    return line
+
+
+def _error_line(type_name: str, message: str, redactor: Redactor) -> str:
+    text = redactor.text(message)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    error = strict_json.made_safe({"type": redactor.text(type_name), "message": text})
+    return strict_json.dumps({"kind": "error", "error": error})
+
+
+def _describe(error: BaseException) -> tuple[str, str]:
+    try:
+        message = str(error)
+    except Exception:
+        message = ""
+    return type(error).__name__, message or type(error).__name__
 
 
 def run_job(spec: dict[str, Any], channel: _Channel, answers: IO[str]) -> None:
@@ -142,19 +152,19 @@ def run_job(spec: dict[str, Any], channel: _Channel, answers: IO[str]) -> None:
 
     redactor = Redactor()
     _configure_logging(redactor)
-    load_plugins(spec.get("plugins") or [])
-    operation_def = find_operation(spec["operation"])
-    sctx = initialize(state_dir=spec["state_dir"], events=lambda event: channel.send("event", event=event))
-    telemetry = _start_telemetry(sctx.config.state_dir)
+    telemetry = None
     try:
+        load_plugins(spec.get("plugins") or [])
+        operation_def = find_operation(spec["operation"])
+        sctx = initialize(state_dir=spec["state_dir"], events=lambda event: channel.send("event", event=event))
+        telemetry = _start_telemetry(sctx.config.state_dir)
         with operation_scope(sctx, name=spec["operation"], operation_id=spec["operation_id"]) as operation:
+            operation.redactor = redactor
             bind_process_default(operation)
-            prompter = _WorkerPrompter(channel, answers, redactor, operation)
-            result = operation_def.run(sctx, spec.get("arguments") or {}, prompter)
-        channel.send("result", result=redactor.value(json.loads(json.dumps(result, default=str))))
+            result = operation_def.run(sctx, spec.get("arguments") or {}, _WorkerPrompter(channel, answers, redactor))
+        channel.send_line(_result_line(result, redactor))
     except BaseException as error:  # the job's failure is its outcome, reported, not raised further
-        message = redactor.text(str(error)) or type(error).__name__
-        channel.send("error", error={"type": type(error).__name__, "message": message})
+        channel.send_line(_error_line(*_describe(error), redactor))
     finally:
         bind_process_default(None)
         if telemetry is not None:

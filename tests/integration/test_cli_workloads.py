@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import pytest
 
-from sparkrun.core.deployments import process_alive, process_start_ticks
+from sparkrun.core.processes import start_ticks
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARKRUN = Path(sys.executable).with_name("sparkrun")
@@ -200,7 +200,7 @@ def test_run_status_chat_logs_stop(sparkrun):
     stopped = sparkrun("stop", "example-chat")
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.splitlines()[-1] == "stopped example-chat (terminated)"
-    assert not process_alive(pid, None)
+    assert start_ticks(pid) is None
 
     after = sparkrun("status")
     assert after.returncode == 0 and after.stdout.strip() == "no deployments"
@@ -330,13 +330,13 @@ def test_ctrl_c_during_readiness_leaves_no_unrecorded_workload(sparkrun):
     launching = sparkrun.popen("run", str(EXAMPLE_RECIPE), "--set", "startup_delay=20")
     started = _wait_for(launching.stdout, r"Started example-chat \(pid (\d+)\)")
     pid = int(started.group(1))
-    ticks = process_start_ticks(pid)
+    ticks = start_ticks(pid)
     try:
         _wait_for(launching.stdout, r"waiting for port \d+")
         launching.process.send_signal(signal.SIGINT)
         assert launching.finish() != 0
         recorded = json.loads(sparkrun("status", "--json").stdout)
-        assert process_alive(pid, ticks) == any(pid in deployment["pids"] for deployment in recorded)
+        assert (start_ticks(pid) == ticks) == any(pid in deployment["pids"] for deployment in recorded)
     finally:
-        if process_alive(pid, ticks):
+        if start_ticks(pid) == ticks:
             os.killpg(pid, signal.SIGKILL)

@@ -66,13 +66,15 @@ def test_a_second_daemon_on_the_same_state_directory_exits_non_zero(daemon):
         f"pid={daemon.process.pid}, url={daemon.url})"
     )
     # The first daemon is untouched: same record, same token, still serving.
-    assert json.loads(daemon.info_path.read_text()) == {"url": daemon.url, "pid": daemon.process.pid}
+    recorded = json.loads(daemon.info_path.read_text())
+    assert (recorded["url"], recorded["pid"]) == (daemon.url, daemon.process.pid)
     assert daemon.token_path.read_text().strip() == daemon.token
     assert daemon.client.get("/v1/jobs").status_code == 200
     started = daemon.run_cli("daemon", "start", "--port", "0")
     assert started.returncode == 1
-    assert started.stderr.startswith(
-        f"error: a daemon already runs for this state directory (state_dir={daemon.state_dir})"
+    assert started.stderr == (
+        f"error: a daemon already runs for this state directory (state_dir={daemon.state_dir}, "
+        f"pid={daemon.process.pid}, url={daemon.url})\n"
     )
 
 

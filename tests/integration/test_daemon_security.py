@@ -51,7 +51,7 @@ def test_a_wrong_token_is_403(daemon, wrong):
     assert response.json() == {"error": "wrong bearer token (header=Authorization)"}
     # The right token works, whatever the case of the scheme.
     right = httpx.get(f"{daemon.url}/v1/jobs", headers={"Authorization": f"bearer {daemon.token}"}, timeout=10)
-    assert right.status_code == 200 and right.json() == {"jobs": []}
+    assert right.status_code == 200 and right.json() == {"jobs": [], "counts": {}}
 
 
 def test_the_token_file_is_private_to_its_owner(daemon):
@@ -59,7 +59,8 @@ def test_the_token_file_is_private_to_its_owner(daemon):
     assert stat.S_IMODE(daemon.token_path.parent.stat().st_mode) == 0o700
     assert len(daemon.token) >= 32
     info = json.loads(daemon.info_path.read_text())
-    assert info == {"url": daemon.url, "pid": daemon.process.pid}
+    assert (info["url"], info["pid"]) == (daemon.url, daemon.process.pid)
+    assert info["identity"]["pid"] == daemon.process.pid and info["identity"]["start_ticks"] > 0
     assert daemon.url.startswith("http://127.0.0.1:")
 
 
@@ -127,7 +128,7 @@ def test_an_unknown_operation_is_400_naming_the_known_ones(daemon, operation):
     response = daemon.client.post("/v1/jobs", json={"operation": operation, "arguments": {}})
     assert response.status_code == 400
     assert response.json() == {"error": f"unknown operation (operation={operation!r}, known: {KNOWN_OPERATIONS})"}
-    assert daemon.client.get("/v1/jobs").json() == {"jobs": []}
+    assert daemon.client.get("/v1/jobs").json() == {"jobs": [], "counts": {}}
 
 
 @pytest.mark.parametrize(
@@ -146,7 +147,7 @@ def test_an_argument_of_the_wrong_type_is_400_naming_it(daemon, operation, argum
     response = daemon.client.post("/v1/jobs", json={"operation": operation, "arguments": arguments})
     assert response.status_code == 400
     assert response.json() == {"error": message}
-    assert daemon.client.get("/v1/jobs").json() == {"jobs": []}
+    assert daemon.client.get("/v1/jobs").json() == {"jobs": [], "counts": {}}
 
 
 @pytest.mark.parametrize(

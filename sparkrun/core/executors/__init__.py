@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sparkrun.core.executors.process import ProcessExecutor
+from sparkrun.core.processes import ProcessIdentity
 from sparkrun.core.recipes import Readiness
 from sparkrun.errors import LaunchError
 
@@ -26,14 +27,11 @@ class Executor(Protocol):
 
     def check_port_free(self, port: int) -> None: ...
 
-    def start(
-        self, argv: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path
-    ) -> tuple[int, int | None]: ...
+    def start(self, argv: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> ProcessIdentity: ...
 
     def wait_ready(
         self,
-        pid: int,
-        start_ticks: int | None,
+        identity: ProcessIdentity,
         *,
         port: int,
         readiness: Readiness,
@@ -41,7 +39,7 @@ class Executor(Protocol):
         on_step: Callable[[int, int, str], None],
     ) -> None: ...
 
-    def stop(self, pid: int, start_ticks: int | None, *, grace: float = 5.0) -> str: ...
+    def stop(self, identity: ProcessIdentity, *, grace: float = 5.0) -> str: ...
 
 
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}

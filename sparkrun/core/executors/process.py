@@ -16,27 +16,18 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from sparkrun.core.deployments import process_alive, process_start_ticks
+from sparkrun.core import log_tail
+from sparkrun.core.processes import MARKER_VARIABLE, ProcessIdentity, new_marker, signal_group
 from sparkrun.core.recipes import Readiness
-from sparkrun.errors import LaunchError
+from sparkrun.errors import DeploymentError, LaunchError
 
-__all__ = ["ProcessExecutor", "last_lines"]
+__all__ = ["ProcessExecutor"]
 
 _POLL_SECONDS = 0.1
 _children: dict[int, subprocess.Popen[bytes]] = {}  # reaped by whoever checks them; keeps Popen quiet
-
-
-def last_lines(path: Path, count: int) -> list[str]:
-    """The last ``count`` lines of a text file (empty if it does not exist)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            return [line.rstrip("\n") for line in deque(file, maxlen=count)]
-    except FileNotFoundError:
-        return []
 
 
 class ProcessExecutor:
@@ -64,8 +55,8 @@ class ProcessExecutor:
                     raise LaunchError(f"port is already in use (port={port})") from None
                 raise LaunchError(f"port cannot be used (port={port}, {error.strerror})") from None
 
-    def start(self, argv: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> tuple[int, int | None]:
-        """Start the workload detached; returns its pid and process start time.
+    def start(self, argv: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> ProcessIdentity:
+        """Start the workload detached; returns what proves later that a pid is still this workload.
 
         A previous run's log is kept as ``<name>.log.1``, so this run's log
         (and the tail quoted when it fails) holds only this run.
@@ -73,6 +64,7 @@ class ProcessExecutor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         if log_path.exists():
             log_path.replace(log_path.with_name(log_path.name + ".1"))
+        marker = new_marker()
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
                 argv,
@@ -80,11 +72,11 @@ class ProcessExecutor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
-                env={**os.environ, **env},
+                env={**os.environ, **env, MARKER_VARIABLE: marker},
                 start_new_session=True,
             )
         _children[popen.pid] = popen
-        return popen.pid, process_start_ticks(popen.pid)
+        return ProcessIdentity.of(popen.pid, marker=marker)
 
     def _exit_code(self, pid: int) -> int | None:
         popen = _children.get(pid)
@@ -92,8 +84,7 @@ class ProcessExecutor:
 
     def wait_ready(
         self,
-        pid: int,
-        start_ticks: int | None,
+        identity: ProcessIdentity,
         *,
         port: int,
         readiness: Readiness,
@@ -105,14 +96,15 @@ class ProcessExecutor:
         Raises :class:`LaunchError` with the exit code and the last log lines if
         the workload exits first, or after ``readiness.timeout`` seconds.
         """
+        pid = identity.pid
         total = 2 if readiness.http_path else 1
         deadline = time.monotonic() + readiness.timeout
         on_step(1, total, f"waiting for port {port}")
         stage = "port"
         while time.monotonic() < deadline:
             code = self._exit_code(pid)
-            if code is not None or not process_alive(pid, start_ticks):
-                tail = "\n".join(last_lines(log_path, 10)) or "(the log is empty)"
+            if code is not None or not identity.matches():
+                tail = "\n".join(log_tail.tail(log_path, 10)[0]) or "(the log is empty)"
                 raise LaunchError(
                     f"workload exited during startup with code {code} (pid={pid}); last log lines:\n{tail}"
                 )
@@ -146,26 +138,30 @@ class ProcessExecutor:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
-    def stop(self, pid: int, start_ticks: int | None, *, grace: float = 5.0) -> str:
+    def stop(self, identity: ProcessIdentity, *, grace: float = 5.0) -> str:
         """End the workload's process group: SIGTERM, then SIGKILL after ``grace`` seconds.
 
         Returns how it ended: ``terminated``, ``killed`` or ``already exited``.
+        Only a process that still proves to be the workload is signalled.
         """
-        if not process_alive(pid, start_ticks):
+        if not identity.matches():
+            _children.pop(identity.pid, None)
             return "already exited"
         outcome = "terminated"
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
+            if not signal_group(identity, sig):
+                if identity.matches():
+                    raise DeploymentError(
+                        f"cannot signal the workload: it no longer leads its own process group (pid={identity.pid})"
+                    )
                 break
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and process_alive(pid, start_ticks):
+            while time.monotonic() < deadline and identity.matches():
                 time.sleep(_POLL_SECONDS)
-            if not process_alive(pid, start_ticks):
+            if not identity.matches():
                 break
             outcome = "killed"
-        popen = _children.pop(pid, None)
+        popen = _children.pop(identity.pid, None)
         if popen is not None:
             popen.wait(timeout=5)  # reap our own child so no zombie lingers in its group
         return outcome

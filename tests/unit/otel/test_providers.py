@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from opentelemetry import trace
@@ -10,6 +11,7 @@ from opentelemetry import trace
 import otel
 from otel import SparkrunInstrumentor
 from otel.local_store import LocalSpanExporter, TraceStore
+from otel.span_mapper import SpanMapper
 from sparkrun.core.operation import operation_scope
 from sparkrun.feedback import get_feedback
 
@@ -80,13 +82,61 @@ def test_explicit_http_endpoint_gets_the_traces_path(tmp_path):
     assert _exporter_of(telemetry)._endpoint == "http://127.0.0.1:9/v1/traces"
 
 
-def test_unknown_protocol_is_a_clear_error(tmp_path, monkeypatch):
+BOTH = "traces and metrics are not exported"
+BAD_VALUES = [
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", f"expected one of http/protobuf, grpc: {BOTH}"),
+    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "bogus", "expected one of http/protobuf, grpc: traces are not exported"),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url", f"expected a URL such as http://collector:4318: {BOTH}"),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:port", f"its port is not a number: {BOTH}"),
+    ("OTEL_EXPORTER_OTLP_HEADERS", "garbage", f"expected comma-separated name=value pairs: {BOTH}"),
+    ("OTEL_EXPORTER_OTLP_TIMEOUT", "abc", f"expected a non-negative number: {BOTH}"),
+    ("OTEL_EXPORTER_OTLP_COMPRESSION", "bogus", f"expected one of gzip, deflate, none: {BOTH}"),
+    ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent.pem", f"no such file: {BOTH}"),
+    ("OTEL_BSP_SCHEDULE_DELAY", "abc", "expected an integer >= 1: traces are not exported"),
+    ("OTEL_SPAN_EVENT_COUNT_LIMIT", "-3", "expected an integer >= 0: traces are not exported"),
+    ("OTEL_RESOURCE_ATTRIBUTES", "team=a,garbage", f"has 'garbage'; expected comma-separated key=value pairs: {BOTH}"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "problem"), BAD_VALUES)
+def test_a_bad_otel_value_warns_once_naming_it_and_switches_export_off(
+    tmp_path, monkeypatch, caplog, sctx, variable, value, problem
+):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-    with pytest.raises(
-        ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL is 'http/json'; expected one of http/protobuf, grpc"
+    monkeypatch.setenv(variable, value)
+    with caplog.at_level(logging.WARNING):
+        telemetry = otel.configure(state_dir=tmp_path, set_global=False)
+        with operation_scope(sctx, name="work", observers=[SpanMapper(telemetry.tracer_provider)]) as operation:
+            get_feedback("p").progress("still runs")
+        assert telemetry.shutdown(1) is True
+    assert operation.outcome == "succeeded"
+    assert isinstance(telemetry.tracer_provider, trace.NoOpTracerProvider)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(f"telemetry: {variable} ")
+    assert warnings[0].endswith(problem)
+
+
+def test_good_values_raise_no_warning(tmp_path, monkeypatch, caplog):
+    for variable, value in (
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20x,x-tenant=a=b"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "2.5"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=lab,team=infra"),
+        ("OTEL_SPAN_EVENT_COUNT_LIMIT", "256"),
     ):
-        otel.configure(state_dir=tmp_path, set_global=False)
+        monkeypatch.setenv(variable, value)
+    with caplog.at_level(logging.WARNING):
+        telemetry = otel.configure(state_dir=tmp_path, set_global=False)
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert not isinstance(telemetry.tracer_provider, trace.NoOpTracerProvider)
+    telemetry.shutdown(0.1)
+
+
+def test_an_explicit_unknown_protocol_is_a_caller_error(tmp_path):
+    with pytest.raises(ValueError, match="protocol is 'http/json'; expected one of http/protobuf, grpc"):
+        otel.configure(state_dir=tmp_path, set_global=False, endpoint="http://127.0.0.1:9", protocol="http/json")
 
 
 def test_sdk_disabled_gives_no_op_providers(tmp_path, monkeypatch):

@@ -1,0 +1,97 @@
+"""Reading workload logs without trusting their size or their lines.
+
+A log can be gigabytes long and a line can be endless (a ``\\r`` progress
+bar never writes a newline). So the tail is found by seeking back from the
+end, new data is read in bounded chunks, and a line longer than
+:data:`MAX_LINE_BYTES` is cut into pieces of that size. ``sparkrun logs`` and
+the daemon's ``/v1/streams/logs`` both read through here; the daemon calls it
+from a worker thread so a slow disk never stalls its event loop.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["CHUNK_BYTES", "MAX_LINE_BYTES", "read_new", "start", "tail"]
+
+MAX_LINE_BYTES = 64 * 1024
+CHUNK_BYTES = 1024 * 1024
+_BLOCK = 64 * 1024
+
+
+def _pieces(data: bytes, max_line: int) -> list[str]:
+    lines = []
+    for raw in data.split(b"\n"):
+        for offset in range(0, max(len(raw), 1), max_line):
+            lines.append(raw[offset : offset + max_line].decode("utf-8", errors="replace").rstrip("\r"))
+    return lines
+
+
+def tail(path: Path, count: int, *, max_line: int = MAX_LINE_BYTES) -> tuple[list[str], int]:
+    """The last ``count`` lines of ``path`` and its size (where reading new lines continues).
+
+    Reads backwards in blocks, at most ``count`` lines of ``max_line`` bytes,
+    whatever the file's size. A missing file has no lines.
+    """
+    try:
+        file = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return [], 0
+    with file:
+        size = os.fstat(file.fileno()).st_size
+        budget = count * (max_line + 1) + 1
+        position, blocks, newlines = size, [], 0
+        while count > 0 and position > 0 and newlines <= count and size - position < budget:
+            step = min(_BLOCK, position)
+            position -= step
+            file.seek(position)
+            block = file.read(step)
+            blocks.append(block)
+            newlines += block.count(b"\n")
+    data = b"".join(reversed(blocks))
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    if not data:
+        return [], size
+    lines = _pieces(data, max_line)
+    if position > 0:
+        lines = lines[1:]  # the first line read is partial unless the file starts there
+    return lines[-count:], size
+
+
+def start(path: Path, tail_count: int | None) -> tuple[list[str], int]:
+    """Where reading a log begins: the last ``tail_count`` lines and the offset after them (all of it without)."""
+    if tail_count is None:
+        return [], 0
+    return tail(path, tail_count)
+
+
+def read_new(
+    path: Path, position: int, *, final: bool = False, limit: int = CHUNK_BYTES, max_line: int = MAX_LINE_BYTES
+) -> tuple[list[str], int, bool]:
+    """Lines written after byte ``position``: (lines, new position, whether any bytes were there).
+
+    Reads at most ``limit`` bytes. A partial last line stays unread until its
+    newline arrives (unless ``final``: nothing more will be written), or until
+    it exceeds ``max_line``, in which case a piece of that size is returned. A
+    file that shrank (replaced by a new run) is read again from its start.
+    """
+    try:
+        file = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return [], position, False
+    with file:
+        if os.fstat(file.fileno()).st_size < position:
+            position = 0
+        file.seek(position)
+        data = file.read(limit)
+    if not data:
+        return [], position, False
+    complete = data.rfind(b"\n") + 1
+    if complete:
+        return _pieces(data[: complete - 1], max_line), position + complete, True
+    if len(data) >= max_line or final:
+        piece = data[:max_line]
+        return _pieces(piece, max_line), position + len(piece), True
+    return [], position, True

@@ -1,0 +1,142 @@
+"""Proving that a process is the one sparkrun started before signalling it.
+
+A bare pid proves nothing: after a crash or a reboot the number may belong to
+somebody else's process. So every process sparkrun starts and later signals
+(workloads, daemon workers, the daemon itself) is recorded as a
+:class:`ProcessIdentity`: its pid, the kernel's start time of that pid, the
+boot it started in, and a marker (a token placed in its environment at spawn,
+or its command line). A record whose process no longer matches is stale: it is
+reported and cleaned, never signalled. Signals go only to group leaders that
+match, never to pid 0, 1 or negative pids, and never to the caller's own group.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MARKER_VARIABLE",
+    "ProcessIdentity",
+    "boot_id",
+    "new_marker",
+    "signal_group",
+    "start_ticks",
+]
+
+#: The environment variable that carries a process's marker from its spawn.
+MARKER_VARIABLE = "SPARKRUN_PROCESS_MARKER"
+
+
+def start_ticks(pid: int) -> int | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot); None if gone or a zombie."""
+    if pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def boot_id() -> str | None:
+    """This boot's random id: start times are only comparable within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+def new_marker() -> str:
+    """A fresh marker to put in a child's environment under :data:`MARKER_VARIABLE`."""
+    return secrets.token_hex(16)
+
+
+def _environ_has(pid: int, marker: str) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MARKER_VARIABLE}={marker}".encode() in raw.split(b"\0")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """What proves that a live pid is still the process recorded at spawn.
+
+    ``marker`` is checked against the process's environment (a token set at
+    spawn); ``cmdline`` is the alternative proof for a process that replaced
+    its environment. A record with neither start time nor marker proves
+    nothing and never matches.
+    """
+
+    pid: int
+    start_ticks: int | None
+    boot_id: str | None = None
+    marker: str | None = None
+    cmdline: str | None = None
+
+    @classmethod
+    def of(cls, pid: int, *, marker: str | None = None, with_cmdline: bool = False) -> ProcessIdentity:
+        """The identity of a process just started (or of the caller itself)."""
+        return cls(pid, start_ticks(pid), boot_id(), marker, _cmdline(pid) if with_cmdline else None)
+
+    @classmethod
+    def from_json(cls, data: Any) -> ProcessIdentity | None:
+        """Read a recorded identity; anything malformed is None (and so never signalled)."""
+        if not isinstance(data, dict):
+            return None
+        pid, ticks = data.get("pid"), data.get("start_ticks")
+        if type(pid) is not int or (ticks is not None and type(ticks) is not int):
+            return None
+        texts = {key: data.get(key) for key in ("boot_id", "marker", "cmdline")}
+        if any(value is not None and not isinstance(value, str) for value in texts.values()):
+            return None
+        return cls(pid, ticks, **texts)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def matches(self) -> bool:
+        """Whether the live process with this pid is provably the recorded one."""
+        if self.pid <= 1 or self.start_ticks is None:
+            return False
+        if start_ticks(self.pid) != self.start_ticks:
+            return False
+        if self.boot_id is not None and boot_id() not in (None, self.boot_id):
+            return False
+        if self.marker is None and self.cmdline is None:
+            return True  # start time within this boot: the strongest proof such a record offers
+        if self.marker is not None and _environ_has(self.pid, self.marker):
+            return True
+        return self.cmdline is not None and _cmdline(self.pid) == self.cmdline
+
+
+def signal_group(identity: ProcessIdentity, sig: int) -> bool:
+    """Send ``sig`` to the process group led by ``identity``, only if it is provably ours.
+
+    Returns whether the signal was sent. Refuses pids <= 1, the caller's own
+    group and a pid that does not lead its own group (so never a stranger's
+    group by accident), and checks the identity immediately before sending.
+    """
+    pid = identity.pid
+    if pid <= 1 or not identity.matches():
+        return False
+    try:
+        if os.getpgid(pid) != pid or pid == os.getpgrp():
+            return False
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

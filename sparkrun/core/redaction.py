@@ -1,0 +1,125 @@
+"""Secret redaction for everything that leaves an operation.
+
+A secret answered to a prompt must never reach a journal, a log, a trace or a
+metric. :class:`Redactor` replaces each known secret with ``[redacted]``: in
+event and result values (:meth:`Redactor.value`), in text, in a byte stream cut
+into arbitrary chunks (:class:`StreamRedactor`, so a secret split across reads
+or holding a newline is still caught), and in an operation's outcome
+(:meth:`Redactor.error`, which gives observers a :class:`RedactedError`
+instead of the exception itself). Besides the secret itself, its JSON-escaped
+and ``repr`` forms are replaced, since a plugin may print it that way.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import traceback
+from typing import Any
+
+__all__ = ["REDACTED", "RedactedError", "Redactor", "StreamRedactor", "error_type_name"]
+
+REDACTED = "[redacted]"
+
+
+def error_type_name(error: BaseException) -> str:
+    """``module.QualName`` of an exception's type (builtins without a module), as traces show it."""
+    if isinstance(error, RedactedError):
+        return error.type_name
+    kind = type(error)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+class RedactedError(Exception):
+    """What observers get instead of an exception once an operation knows a secret.
+
+    It keeps what a trace needs (type name, message, formatted traceback),
+    each with the secrets replaced, and holds no reference to the original,
+    its frames or its chained exceptions.
+    """
+
+    def __init__(self, type_name: str, message: str, stacktrace: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.message = message
+        self.stacktrace = stacktrace
+
+
+class Redactor:
+    """Replaces every secret it was given; safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._patterns: tuple[str, ...] = ()
+        self._lock = threading.Lock()
+
+    def add(self, secret: str) -> None:
+        """Redact ``secret`` (and its escaped forms) from now on."""
+        if not isinstance(secret, str) or not secret:
+            return
+        forms = {secret, json.dumps(secret)[1:-1], repr(secret)[1:-1]}
+        with self._lock:
+            # Longest first, so a secret containing another is replaced whole.
+            self._patterns = tuple(sorted(set(self._patterns) | forms, key=len, reverse=True))
+
+    def __bool__(self) -> bool:
+        return bool(self._patterns)
+
+    @property
+    def longest(self) -> int:
+        """Length of the longest pattern (how much of a stream must be held back)."""
+        return len(self._patterns[0]) if self._patterns else 0
+
+    def text(self, value: str) -> str:
+        for pattern in self._patterns:
+            if pattern in value:
+                value = value.replace(pattern, REDACTED)
+        return value
+
+    def value(self, value: Any) -> Any:
+        """``value`` with every secret replaced, inside dicts (keys too) and lists; as is without secrets."""
+        if not self._patterns:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(key) if isinstance(key, str) else key: self.value(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.value(item) for item in value]
+        return value
+
+    def error(self, error: BaseException | None) -> BaseException | None:
+        """The exception to show observers: itself without secrets, else a :class:`RedactedError`."""
+        if error is None or not self._patterns:
+            return error
+        try:
+            stacktrace = "".join(traceback.format_exception(error))
+        except Exception:
+            stacktrace = ""
+        try:
+            message = str(error)
+        except Exception:
+            message = ""
+        return RedactedError(self.text(error_type_name(error)), self.text(message), self.text(stacktrace))
+
+
+class StreamRedactor:
+    """Redacts text that arrives in pieces: holds back just enough to catch a secret cut in two."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._carry = ""
+
+    def feed(self, piece: str) -> str:
+        """The redacted text that is safe to write now."""
+        text = self._redactor.text(self._carry + piece)
+        hold = self._redactor.longest - 1
+        if hold <= 0:
+            self._carry = ""
+            return text
+        self._carry = text[-hold:]
+        return text[:-hold]
+
+    def flush(self) -> str:
+        """The held-back rest, at the end of the stream."""
+        rest, self._carry = self._redactor.text(self._carry), ""
+        return rest
