@@ -25,6 +25,7 @@ __all__ = ["Readiness", "Recipe", "find_recipe", "load_recipe", "recipe_dirs", "
 RECIPE_VERSION = "1"
 RUNTIMES = ("process",)
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+_PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Unknown fields longer than this get no "did you mean" (difflib is quadratic).
 _MAX_SUGGESTED_CHARS = 64
 _FIELDS = (
@@ -117,6 +118,23 @@ def _parse(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return data, _line_map(node)
 
 
+def _check_placeholders(where: _Located, command: str) -> None:
+    """Placeholders are plain names: no attribute or index lookups, conversions or format specs."""
+    try:
+        parsed = list(string.Formatter().parse(command))
+    except ValueError as error:
+        raise where.error("command", f"command is not a valid template: {error}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None or (_PLACEHOLDER.fullmatch(name) and not spec and conversion is None):
+            continue
+        text = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        raise where.error(
+            "command",
+            f"command placeholder {short_repr(text)} must be a plain name like {{model}} (letters, digits, '_'), "
+            "without conversion or format spec; write {{ and }} for literal braces",
+        )
+
+
 def _text(where: _Located, data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
     value = data.get(key)
     if value is None:
@@ -201,10 +219,7 @@ def load_recipe(path: Path | str) -> Recipe:
     if runtime not in RUNTIMES:
         raise where.error("runtime", f"runtime is {short_repr(runtime)}; supported: {', '.join(RUNTIMES)}")
     command = _text(where, data, "command", required=True)
-    try:
-        list(string.Formatter().parse(command))
-    except ValueError as error:
-        raise where.error("command", f"command is not a valid template: {error}") from None
+    _check_placeholders(where, command)
     return Recipe(
         name=name,
         command=command,
