@@ -65,16 +65,9 @@ class Config:
 
 
 def _read_yaml(path: Path) -> Mapping[str, Any]:
-    import yaml
+    from sparkrun.core.yaml_files import load_yaml_file
 
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(f"cannot read the configuration file (path={path}, {error.strerror})") from error
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "unknown line"
-        raise ConfigError(f"the configuration file is not valid YAML (path={path}, {where})") from error
+    loaded, _ = load_yaml_file(path, what="the configuration file", error=ConfigError)
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):

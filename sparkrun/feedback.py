@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import math
 import secrets
 import threading
 import time
@@ -30,6 +29,7 @@ from sparkrun.core.envelope import (
     check_text,
 )
 from sparkrun.core.operation import Operation, current_operation, new_operation_id
+from sparkrun.core.short_repr import short_repr
 
 if TYPE_CHECKING:
     from sparkrun.core.context import SparkrunContext
@@ -39,6 +39,10 @@ __all__ = ["FEEDBACK_API_VERSION", "FeedbackEvent", "FeedbackReporter", "get_fee
 _log = logging.getLogger(__name__)
 _time = time.time
 _PROGRESS, _WARNING, _ERROR = LEVELS["progress"], LEVELS["warning"], LEVELS["error"]
+_LEVEL_NAMES = {levelno: name for name, levelno in LEVELS.items()}
+#: Heartbeat intervals, seconds: shorter floods consumers, longer says nothing.
+_MIN_HEARTBEAT_INTERVAL = 0.01
+_MAX_HEARTBEAT_INTERVAL = 86_400
 
 
 class FeedbackEvent(TypedDict, total=False):
@@ -96,7 +100,7 @@ class FeedbackReporter:
         if self.activity_id == self.parent_id:
             raise ValueError(f"activity_id {self.activity_id!r} is the parent's own activity id; it must differ")
         self._operation = operation
-        self._logger = logger if logger is not None else logging.getLogger(source)
+        self._logger = logger if logger is not None else logging.getLogger(self.source)
         base: dict[str, Any] = {
             "type": "feedback",
             "feedback_version": FEEDBACK_API_VERSION,
@@ -149,7 +153,7 @@ class FeedbackReporter:
 
     def _emit(self, level: str, levelno: int, message: str, fields: dict[str, Any], log_message: bool) -> FeedbackEvent:
         if type(message) is not str or not 0 < len(message) <= MAX_MESSAGE_CHARS:
-            check_message(message)
+            message = check_message(message)
         event = self._base.copy()
         event["timestamp"] = _time()
         event["message"] = message
@@ -174,7 +178,8 @@ class FeedbackReporter:
         ``log_message=False`` no log record is rendered (for frontends that
         display the envelope themselves); delivery happens either way.
         """
-        return self._emit(level, check_level(level), message, fields, log_message)
+        levelno = check_level(level)
+        return self._emit(_LEVEL_NAMES[levelno], levelno, message, fields, log_message)
 
     def progress(self, message: str, *, log_message: bool = True, **fields: Any) -> FeedbackEvent:
         """Report normal progress (level ``progress``, logged at PROGRESS = 25)."""
@@ -194,10 +199,14 @@ class FeedbackReporter:
 
         Reports ``label`` (or what the callable returns, asked each time) once
         on entry, then from a background thread with ``elapsed_seconds`` as a
-        metric. The thread has been joined when the block exits.
+        metric. The thread has been joined when the block exits. ``interval``
+        must be 0.01 to 86400 seconds (``ValueError`` otherwise).
         """
-        if type(interval) not in (int, float) or not math.isfinite(interval) or interval <= 0:
-            raise ValueError(f"interval is {interval!r}; it must be a finite number of seconds > 0")
+        if type(interval) not in (int, float) or not _MIN_HEARTBEAT_INTERVAL <= interval <= _MAX_HEARTBEAT_INTERVAL:
+            raise ValueError(
+                f"interval is {short_repr(interval)}; it must be a number of seconds "
+                f"from {_MIN_HEARTBEAT_INTERVAL} to {_MAX_HEARTBEAT_INTERVAL}"
+            )
         text: Callable[[], str] = label if callable(label) else (lambda: label)
         self.progress(text(), status="running", metrics={"elapsed_seconds": 0.0})
         started = time.monotonic()

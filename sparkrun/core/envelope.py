@@ -5,6 +5,8 @@ Envelopes are validated once, where they are produced, so every consumer
 payload raises ``ValueError`` naming the field, what is wrong with the value
 and the limit it broke. The checks are written for the hot path: plain type
 tests and length comparisons, no copies beyond the flat ``metrics`` mapping.
+Instances of ``str``, ``int`` or ``float`` subclasses are copied to the
+built-in type, so no consumer runs a producer's methods.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from __future__ import annotations
 from math import isfinite
 from typing import Any
 
+from sparkrun.core.short_repr import short_repr
+
 __all__ = [
     "COUNTER_FIELDS",
     "FEEDBACK_API_VERSION",
+    "INT64_MAX",
+    "INT64_MIN",
     "LEVELS",
     "MAX_MESSAGE_CHARS",
     "MAX_METRICS",
@@ -36,6 +42,10 @@ MAX_TEXT_CHARS = 512
 MAX_METRIC_KEY_CHARS = 128
 MAX_METRIC_STRING_CHARS = 512
 MAX_METRICS = 32
+#: Integers (counters, metric values) must fit OTLP's int64 attributes.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+_INFINITY = float("inf")
 
 #: Level names and the Python logging level each renders at.
 LEVELS: dict[str, int] = {"debug": 10, "info": 20, "progress": 25, "warning": 30, "error": 40}
@@ -45,21 +55,31 @@ COUNTER_FIELDS = ("current", "total")
 _FIELD_NAMES = ("stage", "status", "current", "total", "total_kind", "unit", "metrics")
 
 
-def _describe(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _bad_length(field: str, length: int, limit: int) -> ValueError:
     if length == 0:
         return ValueError(f"{field} is empty; it must be 1 to {limit} characters")
     return ValueError(f"{field} is {length} characters long; the limit is {limit}")
 
 
+def _plain(value: Any) -> str | int | float | None:
+    """The built-in ``str``, ``int`` or ``float`` copy of a subclass instance, else ``None``."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    return None
+
+
 def check_text(field: str, value: Any, limit: int = MAX_TEXT_CHARS) -> str:
-    """Return ``value`` if it is a non-empty string of at most ``limit`` characters."""
-    if not isinstance(value, str):
-        raise ValueError(f"{field} must be a string, not {type(value).__name__} {_describe(value)}")
+    """Return ``value`` as a plain ``str`` if it is a non-empty string of at most ``limit`` characters."""
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise ValueError(f"{field} must be a string, not {type(value).__name__} {short_repr(value)}")
+        value = str.__str__(value)
     length = len(value)
     if length == 0 or length > limit:
         raise _bad_length(field, length, limit)
@@ -67,7 +87,7 @@ def check_text(field: str, value: Any, limit: int = MAX_TEXT_CHARS) -> str:
 
 
 def check_message(value: Any) -> str:
-    """Return ``value`` if it is a usable human-readable message."""
+    """Return ``value`` (as a plain ``str``) if it is a usable human-readable message."""
     if type(value) is str and 0 < len(value) <= MAX_MESSAGE_CHARS:
         return value
     return check_text("message", value, MAX_MESSAGE_CHARS)
@@ -75,25 +95,38 @@ def check_message(value: Any) -> str:
 
 def check_level(value: Any) -> int:
     """Return the logging level number of a feedback level name."""
-    levelno = LEVELS.get(value) if isinstance(value, str) else None
+    if type(value) is not str and isinstance(value, str):
+        value = str.__str__(value)
+    levelno = LEVELS.get(value) if type(value) is str else None
     if levelno is None:
-        raise ValueError(f"level is {_describe(value)}; expected one of {', '.join(LEVELS)}")
+        raise ValueError(f"level is {short_repr(value)}; expected one of {', '.join(LEVELS)}")
     return levelno
 
 
 def _check_enum(field: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed or not isinstance(value, str):
-        raise ValueError(f"{field} is {_describe(value)}; expected one of {', '.join(allowed)}")
+    if type(value) is not str and isinstance(value, str):
+        value = str.__str__(value)
+    if type(value) is not str or value not in allowed:
+        raise ValueError(f"{field} is {short_repr(value)}; expected one of {', '.join(allowed)}")
     return value
 
 
 def _check_counter(field: str, value: Any) -> int | float:
     kind = type(value)
-    if kind is not int and kind is not float and (kind is bool or not isinstance(value, (int, float))):
-        raise ValueError(f"{field} must be an int or float, not {kind.__name__} {_describe(value)}")
-    if not isfinite(value) or value < 0:
-        raise ValueError(f"{field} is {value!r}; counters must be finite and >= 0")
-    return value
+    if kind is int:
+        if 0 <= value <= INT64_MAX:
+            return value
+        if value > 0:
+            raise ValueError(f"{field} is {short_repr(value)}; integer counters must be at most {INT64_MAX} (int64)")
+    elif kind is float:
+        if 0.0 <= value < _INFINITY:
+            return value
+    else:
+        plain = _plain(value)
+        if plain is None or type(plain) is str:
+            raise ValueError(f"{field} must be an int or float, not {kind.__name__} {short_repr(value)}")
+        return _check_counter(field, plain)
+    raise ValueError(f"{field} is {short_repr(value)}; counters must be finite and >= 0")
 
 
 def _check_metric_value(key: str, value: Any) -> Any:
@@ -107,26 +140,38 @@ def _check_metric_value(key: str, value: Any) -> Any:
     elif kind is float:
         if not isfinite(value):
             raise ValueError(f"metrics[{key!r}] is {value!r}; metric numbers must be finite")
-    elif kind is not int and kind is not bool and value is not None:
-        raise ValueError(
-            f"metrics[{key!r}] is a {kind.__name__} {_describe(value)}; "
-            "metric values must be JSON scalars (str, int, float, bool or None)"
-        )
+    elif kind is int:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(
+                f"metrics[{key!r}] is {short_repr(value)}; "
+                f"metric integers must be from {INT64_MIN} to {INT64_MAX} (int64)"
+            )
+    elif kind is not bool and value is not None:
+        plain = _plain(value)
+        if plain is None:
+            raise ValueError(
+                f"metrics[{key!r}] is a {kind.__name__} {short_repr(value)}; "
+                "metric values must be JSON scalars (str, int, float, bool or None)"
+            )
+        return _check_metric_value(key, plain)
     return value
 
 
 def _check_metrics(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ValueError(f"metrics must be a dict, not {type(value).__name__} {_describe(value)}")
+        raise ValueError(f"metrics must be a dict, not {type(value).__name__} {short_repr(value)}")
     if len(value) > MAX_METRICS:
         raise ValueError(f"metrics has {len(value)} entries; the limit is {MAX_METRICS}")
+    metrics: dict[str, Any] = {}
     for key, item in value.items():
-        if not isinstance(key, str):
-            raise ValueError(f"metrics key {_describe(key)} must be a string")
+        if type(key) is not str:
+            if not isinstance(key, str):
+                raise ValueError(f"metrics key {short_repr(key)} must be a string")
+            key = str.__str__(key)
         if not 0 < len(key) <= MAX_METRIC_KEY_CHARS:
-            raise _bad_length(f"metrics key {_describe(key)}", len(key), MAX_METRIC_KEY_CHARS)
-        _check_metric_value(key, item)
-    return dict(value)
+            raise _bad_length(f"metrics key {short_repr(key)}", len(key), MAX_METRIC_KEY_CHARS)
+        metrics[key] = _check_metric_value(key, item)
+    return metrics
 
 
 def apply_fields(event: dict[str, Any], fields: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkrun.core.short_repr import short_repr, shorten
 from sparkrun.errors import RecipeError
 
 __all__ = ["Readiness", "Recipe", "find_recipe", "load_recipe", "recipe_dirs", "render_command"]
@@ -24,6 +25,9 @@ __all__ = ["Readiness", "Recipe", "find_recipe", "load_recipe", "recipe_dirs", "
 RECIPE_VERSION = "1"
 RUNTIMES = ("process",)
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+_PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Unknown fields longer than this get no "did you mean" (difflib is quadratic).
+_MAX_SUGGESTED_CHARS = 64
 _FIELDS = (
     "recipe_version",
     "name",
@@ -81,39 +85,54 @@ class _Located:
     def error(self, field_path: str, problem: str) -> RecipeError:
         line = self.lines.get(field_path) or self.lines.get(field_path.split(".")[0])
         where = f"{self.path}:{line}" if line else str(self.path)
-        return RecipeError(f"{where}: {problem} (field={field_path})")
+        return RecipeError(f"{where}: {problem} (field={shorten(field_path)})")
 
 
-def _line_map(node: Any, prefix: str = "") -> dict[str, int]:
+def _line_map(node: Any) -> dict[str, int]:
+    """Lines of the keys of the top two levels: every recipe field lives there.
+
+    Deeper levels are not walked, so aliased structures cost nothing here.
+    """
     import yaml
 
     lines: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = f"{prefix}{key_node.value}"
-            lines[key] = key_node.start_mark.line + 1
-            lines.update(_line_map(value_node, key + "."))
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            continue
+        lines[key_node.value] = key_node.start_mark.line + 1
+        if isinstance(value_node, yaml.MappingNode):
+            for sub_key, _ in value_node.value:
+                if isinstance(sub_key, yaml.ScalarNode):
+                    lines[f"{key_node.value}.{sub_key.value}"] = sub_key.start_mark.line + 1
     return lines
 
 
 def _parse(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    import yaml
+    from sparkrun.core.yaml_files import load_yaml_file
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise RecipeError(f"cannot read recipe (path={path}, {error.strerror})") from error
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or "unreadable YAML"
-        raise RecipeError(f"{path}{line}: malformed YAML: {problem}") from error
+    data, node = load_yaml_file(path, what="recipe", error=RecipeError)
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a recipe must be a mapping of fields, not {type(data).__name__}")
     return data, _line_map(node)
+
+
+def _check_placeholders(where: _Located, command: str) -> None:
+    """Placeholders are plain names: no attribute or index lookups, conversions or format specs."""
+    try:
+        parsed = list(string.Formatter().parse(command))
+    except ValueError as error:
+        raise where.error("command", f"command is not a valid template: {error}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None or (_PLACEHOLDER.fullmatch(name) and not spec and conversion is None):
+            continue
+        text = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        raise where.error(
+            "command",
+            f"command placeholder {short_repr(text)} must be a plain name like {{model}} (letters, digits, '_'), "
+            "without conversion or format spec; write {{ and }} for literal braces",
+        )
 
 
 def _text(where: _Located, data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
@@ -123,7 +142,7 @@ def _text(where: _Located, data: Mapping[str, Any], key: str, *, required: bool 
             raise where.error(key, f"{key} is required")
         return None
     if not isinstance(value, str) or not value.strip():
-        raise where.error(key, f"{key} must be a non-empty string, not {value!r}")
+        raise where.error(key, f"{key} must be a non-empty string, not {short_repr(value)}")
     return value
 
 
@@ -133,9 +152,11 @@ def _mapping(where: _Located, data: Mapping[str, Any], key: str) -> dict[str, An
         raise where.error(key, f"{key} must be a mapping, not {type(value).__name__}")
     for item_key, item in value.items():
         if not isinstance(item_key, str):
-            raise where.error(key, f"{key} keys must be strings, not {item_key!r}")
+            raise where.error(key, f"{key} keys must be strings, not {short_repr(item_key)}")
         if isinstance(item, (dict, list)):
-            raise where.error(f"{key}.{item_key}", f"{key}.{item_key} must be a scalar, not {type(item).__name__}")
+            raise where.error(
+                f"{key}.{item_key}", f"{key}.{shorten(item_key)} must be a scalar, not {type(item).__name__}"
+            )
     return value
 
 
@@ -143,7 +164,7 @@ def _port(where: _Located, value: Any, field_path: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise where.error(field_path, f"{field_path} is {value!r}; it must be an integer from 1 to 65535")
+        raise where.error(field_path, f"{field_path} is {short_repr(value)}; it must be an integer from 1 to 65535")
     return value
 
 
@@ -154,21 +175,24 @@ def _readiness(where: _Located, data: Mapping[str, Any]) -> Readiness:
     for key in raw:
         if key not in _READINESS_FIELDS:
             raise where.error(
-                f"readiness.{key}", f"unknown field readiness.{key}; expected {', '.join(_READINESS_FIELDS)}"
+                f"readiness.{key}",
+                f"unknown field readiness.{shorten(str(key))}; expected {', '.join(_READINESS_FIELDS)}",
             )
     path = raw.get("http_path")
     if path is not None and (not isinstance(path, str) or not path.startswith("/")):
-        raise where.error("readiness.http_path", f"readiness.http_path is {path!r}; it must start with '/'")
+        raise where.error("readiness.http_path", f"readiness.http_path is {short_repr(path)}; it must start with '/'")
     timeout = raw.get("timeout", 60.0)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86_400:
-        raise where.error("readiness.timeout", f"readiness.timeout is {timeout!r}; it must be seconds in (0, 86400]")
+        raise where.error(
+            "readiness.timeout", f"readiness.timeout is {short_repr(timeout)}; it must be seconds in (0, 86400]"
+        )
     return Readiness(http_path=path, timeout=float(timeout))
 
 
 def _hosts(where: _Located, data: Mapping[str, Any]) -> tuple[str, ...]:
     hosts = data.get("hosts", ["localhost"])
     if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h.strip() for h in hosts):
-        raise where.error("hosts", f"hosts must be a non-empty list of host names, not {hosts!r}")
+        raise where.error("hosts", f"hosts must be a non-empty list of host names, not {short_repr(hosts)}")
     return tuple(hosts)
 
 
@@ -179,23 +203,23 @@ def load_recipe(path: Path | str) -> Recipe:
     where = _Located(path, lines)
     for key in data:
         if key not in _FIELDS:
-            close = difflib.get_close_matches(str(key), _FIELDS, n=1)
+            text = str(key)
+            close = difflib.get_close_matches(text, _FIELDS, n=1) if len(text) <= _MAX_SUGGESTED_CHARS else []
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise where.error(str(key), f"unknown field {key!r}{hint}")
+            raise where.error(text, f"unknown field {short_repr(key)}{hint}")
     version = data.get("recipe_version")
-    if str(version) != RECIPE_VERSION:
-        raise where.error("recipe_version", f'recipe_version is {version!r}; this sparkrun reads version "1"')
+    if version != RECIPE_VERSION and not (type(version) is int and version == 1):
+        raise where.error("recipe_version", f'recipe_version is {short_repr(version)}; this sparkrun reads version "1"')
     name = _text(where, data, "name", required=True)
     if not _NAME.fullmatch(name):
-        raise where.error("name", f"name {name!r} must be lowercase letters, digits, '.', '_' or '-' (at most 63)")
+        raise where.error(
+            "name", f"name {short_repr(name)} must be lowercase letters, digits, '.', '_' or '-' (at most 63)"
+        )
     runtime = _text(where, data, "runtime", required=True)
     if runtime not in RUNTIMES:
-        raise where.error("runtime", f"runtime is {runtime!r}; supported: {', '.join(RUNTIMES)}")
+        raise where.error("runtime", f"runtime is {short_repr(runtime)}; supported: {', '.join(RUNTIMES)}")
     command = _text(where, data, "command", required=True)
-    try:
-        list(string.Formatter().parse(command))
-    except ValueError as error:
-        raise where.error("command", f"command is not a valid template: {error}") from None
+    _check_placeholders(where, command)
     return Recipe(
         name=name,
         command=command,
@@ -222,7 +246,7 @@ def recipe_dirs(config_values: Mapping[str, Any], config_dir: Path | None) -> li
     if isinstance(extra, str):
         extra = [extra]
     if not isinstance(extra, list):
-        raise RecipeError(f"recipe_dirs in the configuration must be a list of directories, not {extra!r}")
+        raise RecipeError(f"recipe_dirs in the configuration must be a list of directories, not {short_repr(extra)}")
     dirs.extend(Path(str(item)).expanduser() for item in extra)
     return list(dict.fromkeys(dirs))  # the same directory once, first position kept
 
@@ -240,7 +264,7 @@ def find_recipe(reference: str, directories: Sequence[Path]) -> Recipe:
     """A recipe by path (anything with a slash or a YAML suffix) or by name."""
     as_path = Path(reference).expanduser()
     if "/" in reference or as_path.suffix in (".yaml", ".yml"):
-        if not as_path.is_file():
+        if not as_path.exists():
             raise RecipeError(f"no recipe file at this path (recipe={reference})")
         return load_recipe(as_path)
     known = _names_in(directories)
@@ -265,8 +289,9 @@ def render_command(recipe: Recipe, values: Mapping[str, Any]) -> str:
     if missing:
         line = recipe.lines.get("command")
         where = f"{recipe.path}:{line}" if line else str(recipe.path)
+        name = shorten(missing[0])
         raise RecipeError(
-            f"{where}: command placeholder {{{missing[0]}}} has no value; "
-            f"set it in defaults or with --set {missing[0]}=VALUE (field=command)"
+            f"{where}: command placeholder {{{name}}} has no value; "
+            f"set it in defaults or with --set {name}=VALUE (field=command)"
         )
     return recipe.command.format_map(merged)

@@ -6,6 +6,8 @@ import math
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparkrun.feedback import get_feedback
 
@@ -17,6 +19,15 @@ def feedback():
 
 def _raises(match: str):
     return pytest.raises(ValueError, match=re.escape(match))
+
+
+def _exactly(message: str):
+    return pytest.raises(ValueError, match=f"^{re.escape(message)}$")
+
+
+#: How a 401-digit integer is quoted: the first 57 characters and "...".
+_LONG_ONE = "1" + "0" * 56 + "..."
+INT64_MAX = 2**63 - 1
 
 
 def test_message_at_limit_is_accepted(feedback):
@@ -185,8 +196,79 @@ def _events(sctx):
     return drain(sctx.queue)
 
 
-@pytest.mark.parametrize("interval", [0, -1, -0.5, math.nan, math.inf, True])
-def test_heartbeat_interval_must_be_positive_and_finite(feedback, interval):
-    with _raises(f"interval is {interval!r}; it must be a finite number of seconds > 0"):
+@pytest.mark.parametrize("interval", [0, -1, -0.5, math.nan, math.inf, True, 1e300, 1e-9, 0.009, 86_400.5, "1"])
+def test_heartbeat_interval_must_be_within_range(feedback, interval):
+    with _exactly(f"interval is {interval!r}; it must be a number of seconds from 0.01 to 86400"):
         with feedback.heartbeat("busy", interval=interval):
             pass
+
+
+def test_heartbeat_interval_of_a_huge_integer_is_quoted_short(feedback):
+    with _exactly(f"interval is {_LONG_ONE}; it must be a number of seconds from 0.01 to 86400"):
+        with feedback.heartbeat("busy", interval=10**400):
+            pass
+
+
+@pytest.mark.parametrize("interval", [0.01, 86_400])
+def test_heartbeat_interval_bounds_are_accepted(feedback, interval):
+    with feedback.heartbeat("busy", interval=interval):
+        pass
+
+
+@pytest.mark.parametrize("field", ["current", "total"])
+def test_integer_counters_fit_int64(feedback, field):
+    assert feedback.progress("ok", **{field: INT64_MAX})[field] == INT64_MAX
+    with _exactly(f"{field} is {INT64_MAX + 1}; integer counters must be at most 9223372036854775807 (int64)"):
+        feedback.progress("x", **{field: INT64_MAX + 1})
+
+
+@pytest.mark.parametrize("field", ["current", "total"])
+def test_a_huge_integer_counter_is_a_value_error_quoted_short(feedback, field):
+    with _exactly(f"{field} is {_LONG_ONE}; integer counters must be at most 9223372036854775807 (int64)"):
+        feedback.progress("x", **{field: 10**400})
+    with _exactly(f"{field} is -1{'0' * 55}...; counters must be finite and >= 0"):
+        feedback.progress("x", **{field: -(10**400)})
+
+
+def test_a_float_counter_beyond_int64_is_fine(feedback):
+    assert feedback.progress("ok", current=1e300)["current"] == 1e300
+
+
+def test_metric_integers_fit_int64(feedback):
+    metrics = {"low": -(2**63), "high": INT64_MAX}
+    assert feedback.progress("ok", metrics=metrics)["metrics"] == metrics
+    bound = "metric integers must be from -9223372036854775808 to 9223372036854775807 (int64)"
+    with _exactly(f"metrics['n'] is {INT64_MAX + 1}; {bound}"):
+        feedback.progress("x", metrics={"n": INT64_MAX + 1})
+    with _exactly(f"metrics['n'] is {-(2**63) - 1}; {bound}"):
+        feedback.progress("x", metrics={"n": -(2**63) - 1})
+    with _exactly(f"metrics['n'] is {_LONG_ONE}; {bound}"):
+        feedback.progress("x", metrics={"n": 10**400})
+
+
+def test_a_huge_integer_is_described_by_its_size(feedback):
+    bound = "metric integers must be from -9223372036854775808 to 9223372036854775807 (int64)"
+    with _exactly(f"metrics['n'] is <int of 16610 bits>; {bound}"):
+        feedback.progress("x", metrics={"n": 10**5000})
+
+
+def test_booleans_are_unchanged_by_the_int64_bound(feedback):
+    assert feedback.progress("ok", metrics={"warm": True})["metrics"] == {"warm": True}
+    with _exactly("current must be an int or float, not bool True"):
+        feedback.progress("x", current=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.one_of(st.integers(), st.integers(-(2**64), 2**64)))
+def test_integers_are_accepted_exactly_within_int64(value):
+    feedback = get_feedback("int64-property")
+    counter_ok = 0 <= value <= INT64_MAX
+    metric_ok = -(2**63) <= value <= INT64_MAX
+    try:
+        event = feedback.progress("x", log_message=False, current=value, metrics={"n": value})
+    except ValueError as error:
+        assert not (counter_ok and metric_ok)
+        assert str(error).startswith("current is " if not counter_ok else "metrics['n'] is ")
+    else:
+        assert counter_ok and metric_ok
+        assert type(event["current"]) is int and type(event["metrics"]["n"]) is int

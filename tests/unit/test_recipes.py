@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import textwrap
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sparkrun.core.recipes import find_recipe, load_recipe, recipe_dirs, render_command
 from sparkrun.errors import RecipeError
@@ -105,6 +108,55 @@ def test_placeholder_without_value(tmp_path):
         render_command(load_recipe(path), {"port": 1})
 
 
+@pytest.mark.parametrize(
+    "placeholder",
+    [
+        "{python:>99999999999}",
+        "{python.__class__}",
+        "{name[0]}",
+        "{python!r}",
+        "{python!s:>5}",
+        "{}",
+        "{0}",
+        "{ name }",
+    ],
+)
+def test_placeholders_must_be_plain_names(tmp_path, placeholder):
+    path = _write(tmp_path, GOOD.replace("{python}", placeholder))
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(path)
+    assert str(caught.value) == (
+        f"{path}:4: command placeholder {placeholder!r} must be a plain name like {{model}} (letters, digits, '_'), "
+        "without conversion or format spec; write {{ and }} for literal braces (field=command)"
+    )
+
+
+def test_a_long_bad_placeholder_is_quoted_short(tmp_path):
+    path = _write(tmp_path, GOOD.replace("{python}", "{python:" + ">" * 10_000 + "}"))
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(path)
+    quoted = "'{python:" + ">" * 48 + "..."  # 60 characters
+    assert str(caught.value) == (
+        f"{path}:4: command placeholder {quoted} must be a plain name like {{model}} (letters, digits, '_'), "
+        "without conversion or format spec; write {{ and }} for literal braces (field=command)"
+    )
+
+
+def test_literal_braces_and_underscored_names_still_work(tmp_path):
+    text = GOOD.replace('"{python} serve.py', "\"{python} -c 'print({{1: 2}})' {_Max_len2}").replace(
+        "  model: tiny", "  model: tiny\n  _Max_len2: 8"
+    )
+    recipe = load_recipe(_write(tmp_path, text))
+    assert render_command(recipe, {"port": 1}).startswith(f"{sys.executable} -c 'print({{1: 2}})' 8 ")
+
+
+def test_the_example_recipe_loads():
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).parents[2].joinpath("examples", "recipes").glob("*.yaml")):
+        assert load_recipe(path).placeholders()
+
+
 def test_find_by_name_path_and_suggestion(tmp_path, monkeypatch):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()
@@ -132,3 +184,27 @@ def test_recipe_dirs_order(tmp_path, monkeypatch):
     ]
     with _raises("recipe_dirs in the configuration must be a list of directories, not 3"):
         recipe_dirs({"recipe_dirs": 3}, None)
+
+
+_PLAIN = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command=st.text(alphabet="{}!:.[]0aZ_ >rs", max_size=30))
+def test_a_command_is_refused_or_fills_plain_names_only(tmp_path, command):
+    path = _write(
+        tmp_path, GOOD.replace('"{python} serve.py --port {port} --model {model}"', json.dumps(f"run {command}"))
+    )
+    try:
+        recipe = load_recipe(path)
+    except RecipeError as error:
+        assert str(error).startswith(f"{path}:4: command ") and str(error).endswith(" (field=command)")
+        return
+    values = {name: f"<{name}>" for name in recipe.placeholders()}
+    assert all(re.fullmatch(_PLAIN, name) for name in values)
+    expected = re.sub(
+        r"\{\{|\}\}|\{(" + _PLAIN + r"):?\}",
+        lambda match: values[match.group(1)] if match.group(1) else match.group(0)[0],
+        f"run {command}",
+    )
+    assert render_command(recipe, values) == expected
