@@ -23,29 +23,35 @@ def _client(state_dir: Path | None):  # type: ignore[no-untyped-def]
     return DaemonClient.for_state(resolved_state_dir(state_dir))
 
 
+#: The daemon's limits: (option, type, help). Each is also the config key ``daemon.<name>``.
+_LIMITS = (
+    ("max_events", click.IntRange(1, 10**9), "Events kept per job."),
+    ("max_event_bytes", click.IntRange(1024, 2**40), "Bytes of events kept per job."),
+    ("max_workers", click.IntRange(1, 64), "Jobs running at once."),
+    ("max_streams", click.IntRange(1, 10_000), "Event and log streams open at once."),
+    ("max_connections", click.IntRange(8, 100_000), "Open connections; more are closed at once."),
+    ("header_timeout", click.FloatRange(0.1, 600), "Seconds a client has to send a request's headers."),
+    ("body_timeout", click.FloatRange(0.1, 600), "Seconds a client has to send a request's body."),
+    ("keepalive_seconds", click.FloatRange(0.1, 3600), "Seconds between SSE keepalive comments."),
+)
+_FLAGS = {"keepalive_seconds": "--keepalive"}
+
+
+def _flag(name: str) -> str:
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
 def _serve_options(function):  # type: ignore[no-untyped-def]
+    limits = [
+        click.option(_flag(name), name, type=kind, help=f"{text} [config daemon.{name}]")
+        for name, kind, text in _LIMITS
+    ]
     for option in reversed(
         [
             click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on."),
             click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0 picks one."),
             click.option("--allow-remote", is_flag=True, help="Allow a non-loopback --host (warns)."),
-            click.option(
-                "--max-events", type=click.IntRange(1), help="Events kept per job [config daemon.max_events]."
-            ),
-            click.option(
-                "--max-event-bytes",
-                type=click.IntRange(1024),
-                help="Bytes kept per job [config daemon.max_event_bytes].",
-            ),
-            click.option(
-                "--max-workers", type=click.IntRange(1, 64), help="Jobs running at once [config daemon.max_workers]."
-            ),
-            click.option(
-                "--max-streams",
-                type=click.IntRange(1, 10_000),
-                help="Event streams at once [config daemon.max_streams].",
-            ),
-            click.option("--keepalive", type=click.FloatRange(0.1, 3600), help="Seconds between SSE keepalives [15]."),
+            *limits,
             click.option("--no-metrics", is_flag=True, help="Do not serve GET /metrics (Prometheus)."),
             state_dir_option,
         ]
@@ -62,12 +68,15 @@ def _options(state_dir: Path | None, **given: Any):  # type: ignore[no-untyped-d
     section = config.get("daemon") or {}
     if not isinstance(section, dict):
         raise UserError(f"the daemon section of the configuration must be a mapping (path={config.path})")
-    chosen = {
-        key: given[key] if given.get(key) is not None else section.get(key)
-        for key in ("max_events", "max_event_bytes", "max_workers", "max_streams")
-    }
-    if given.get("keepalive") is not None:
-        chosen["keepalive_seconds"] = given["keepalive"]
+    chosen = {}
+    for name, kind, _ in _LIMITS:
+        if given.get(name) is not None:
+            chosen[name] = given[name]
+        elif section.get(name) is not None:
+            try:
+                chosen[name] = kind.convert(section[name], None, None)
+            except click.BadParameter as error:
+                raise UserError(f"daemon.{name} in the configuration: {error.message} (path={config.path})") from None
     return ServeOptions(
         state_dir=config.state_dir,
         host=given["host"],
@@ -75,7 +84,7 @@ def _options(state_dir: Path | None, **given: Any):  # type: ignore[no-untyped-d
         allow_remote=given["allow_remote"],
         plugins=tuple(section.get("plugins") or ()),
         metrics=not given.get("no_metrics"),
-        **{key: value for key, value in chosen.items() if value is not None},
+        **chosen,
     )
 
 
@@ -105,10 +114,10 @@ def start(state_dir: Path | None, timeout: float, **given: Any) -> None:
     from sparkrun.daemon.server import DaemonPaths
 
     options = _options(state_dir, **given)
-    argv = []
-    for key in ("host", "port", "max_events", "max_event_bytes", "max_workers", "max_streams", "keepalive"):
-        if given.get(key) is not None:
-            argv += [f"--{key.replace('_', '-')}", str(given[key])]
+    argv = ["--host", options.host, "--port", str(options.port)]
+    for name, _, _ in _LIMITS:
+        if given.get(name) is not None:
+            argv += [_flag(name), str(given[name])]
     if options.allow_remote:
         argv.append("--allow-remote")
     if not options.metrics:

@@ -13,18 +13,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sparkrun.core.short_repr import short_repr
+
 __all__ = ["NAME_RULE", "check_name", "is_name", "path_in"]
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 NAME_RULE = "1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
-
-
-def _shown(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<unprintable {type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def is_name(value: Any) -> bool:
@@ -34,7 +28,7 @@ def is_name(value: Any) -> bool:
 def check_name(field: str, value: Any) -> str:
     """Return ``value`` if it follows the name rule, else raise ``ValueError`` naming ``field`` and the rule."""
     if not is_name(value):
-        raise ValueError(f"{field} is {_shown(value)}; a name is {NAME_RULE}")
+        raise ValueError(f"{field} is {short_repr(value)}; a name is {NAME_RULE}")
     return value
 
 

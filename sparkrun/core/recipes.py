@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkrun.core.names import NAME_RULE, is_name
 from sparkrun.core.short_repr import short_repr, shorten
 from sparkrun.errors import RecipeError
 
@@ -24,7 +25,6 @@ __all__ = ["Readiness", "Recipe", "find_recipe", "load_recipe", "recipe_dirs", "
 
 RECIPE_VERSION = "1"
 RUNTIMES = ("process",)
-_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Unknown fields longer than this get no "did you mean" (difflib is quadratic).
 _MAX_SUGGESTED_CHARS = 64
@@ -211,10 +211,8 @@ def load_recipe(path: Path | str) -> Recipe:
     if version != RECIPE_VERSION and not (type(version) is int and version == 1):
         raise where.error("recipe_version", f'recipe_version is {short_repr(version)}; this sparkrun reads version "1"')
     name = _text(where, data, "name", required=True)
-    if not _NAME.fullmatch(name):
-        raise where.error(
-            "name", f"name {short_repr(name)} must be lowercase letters, digits, '.', '_' or '-' (at most 63)"
-        )
+    if not is_name(name):
+        raise where.error("name", f"name is {short_repr(name)}; a name is {NAME_RULE}")
     runtime = _text(where, data, "runtime", required=True)
     if runtime not in RUNTIMES:
         raise where.error("runtime", f"runtime is {short_repr(runtime)}; supported: {', '.join(RUNTIMES)}")

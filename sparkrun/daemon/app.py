@@ -17,7 +17,6 @@ import hmac
 import json
 import logging
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ from sparkrun.core.deployments import DeploymentStore
 from sparkrun.core.names import check_name
 from sparkrun.daemon.jobs import JobConflict, JobManager, PromptError
 from sparkrun.daemon.journal import CursorExpired, UnknownJob
+from sparkrun.daemon.log_limits import RateLimitedLog
 from sparkrun.daemon.operations import UnknownOperation
 from sparkrun.daemon.sse import CountedStream, event_stream, log_stream
 from sparkrun.errors import DeploymentError
@@ -41,6 +41,7 @@ from sparkrun.errors import DeploymentError
 __all__ = ["DaemonSettings", "StreamSlots", "create_app"]
 
 _log = logging.getLogger(__name__)
+_limited = RateLimitedLog(_log)
 _JOB_ID = re.compile(r"[0-9a-f]{32}")
 _MAX_TAIL = 100_000
 
@@ -306,7 +307,8 @@ async def _timed_out(request: Request, error: Exception) -> Response:
 
 
 async def _gone(request: Request, error: Exception) -> Response:
-    _log.info("client left before sending its whole request body (path=%s)", request.url.path)
+    path = request.url.path
+    _limited(logging.WARNING, f"gone {path}", f"a client left before sending its whole request body (path={path})")
     return Response(status_code=400)  # nobody reads it
 
 
@@ -366,8 +368,6 @@ class _Contained:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._reported: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
@@ -380,21 +380,10 @@ class _Contained:
         try:
             await self.app(scope, receive, watched)
         except Exception as error:
-            self._report(scope, error)
+            kind = f"{type(error).__name__} at {scope.get('path', '?')}"
+            _limited(logging.ERROR, kind, f"request failed: {kind}: {error}", error)
             if not started and scope["type"] == "http":
                 await _error(500, "internal error; see the daemon log")(scope, receive, send)
-
-    def _report(self, scope: Scope, error: Exception) -> None:
-        kind = f"{type(error).__name__} at {scope.get('path', '?')}"
-        now = time.monotonic()
-        if now - self._reported.get(kind, -60.0) < 60.0:
-            self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
-            return
-        first = kind not in self._reported
-        self._reported[kind] = now
-        again = self._suppressed.pop(kind, 0)
-        note = f" ({again} more since the last report)" if again else ""
-        _log.error("request failed: %s: %s%s", kind, error, note, exc_info=error if first else None)
 
 
 def create_app(

@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from sparkrun.daemon.log_limits import RateLimitedLog
+
 __all__ = ["GuardedH11Protocol"]
 
-_log = logging.getLogger(__name__)
+_limited = RateLimitedLog(logging.getLogger(__name__))
 
 
 class GuardedH11Protocol(H11Protocol):
     """h11 connections with a deadline for request headers and a cap on open connections."""
-
-    _last_refusal_report = 0.0
 
     def __init__(self, *args: Any, header_timeout: float = 10.0, max_connections: int = 512, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -37,7 +36,11 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
-            self._report_refusal()
+            _limited(
+                logging.WARNING,
+                "refused",
+                f"refusing connections: {len(self.connections)} are open (limit={self.max_connections})",
+            )
             transport.close()
             return
         self._arm()
@@ -71,9 +74,3 @@ class GuardedH11Protocol(H11Protocol):
         self._header_timer = None
         if not self.transport.is_closing():
             self.transport.close()
-
-    def _report_refusal(self) -> None:
-        now = time.monotonic()
-        if now - GuardedH11Protocol._last_refusal_report >= 60.0:
-            GuardedH11Protocol._last_refusal_report = now
-            _log.warning("refusing connections: %d are open (limit=%d)", len(self.connections), self.max_connections)

@@ -23,13 +23,13 @@ import resource
 import secrets
 import signal
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from sparkrun.core.processes import ProcessIdentity
+from sparkrun.daemon.log_limits import RateLimitedLog
 from sparkrun.errors import DaemonError
 
 __all__ = [
@@ -230,24 +230,15 @@ def _raise_file_limit() -> int:
     return soft
 
 
-class _LoopErrors:
+def _loop_errors(log: RateLimitedLog) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
     """The event loop's exception handler: one line per kind of error a minute, not a traceback each time."""
 
-    def __init__(self) -> None:
-        self._reported: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         error = context.get("exception")
         kind = f"{context.get('message', 'error')}: {type(error).__name__ if error else ''}"
-        now = time.monotonic()
-        if now - self._reported.get(kind, -60.0) < 60.0:
-            self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
-            return
-        self._reported[kind] = now
-        again = self._suppressed.pop(kind, 0)
-        note = f" ({again} more since the last report)" if again else ""
-        _log.error("%s %s%s", kind, error or "", note)
+        log(logging.ERROR, kind, f"{kind} {error or ''}".strip())
+
+    return handle
 
 
 def _connection_budget(options: ServeOptions, file_limit: int) -> int:
@@ -268,7 +259,7 @@ async def _serve(
     from sparkrun.daemon.operations import load_plugins
 
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(_LoopErrors())
+    loop.set_exception_handler(_loop_errors(RateLimitedLog(_log)))
     file_limit = _raise_file_limit()
     sock = _bind(options.host, options.port)
     load_plugins(options.plugins)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -101,6 +102,8 @@ class DaemonProcess:
         args: tuple[str, ...] = (),
         otel: bool = False,
         state_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        nofile: int | None = None,
     ) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
@@ -108,7 +111,8 @@ class DaemonProcess:
         self.config = root / "config.yaml"
         self.config.write_text(f"daemon:\n  plugins: [{PLUGINS}]\n", encoding="utf-8")
         self.args, self.otel = args, otel
-        self.env = daemon_environment(otel=otel, config=self.config)
+        self.env = {**daemon_environment(otel=otel, config=self.config), **(env or {})}
+        self.nofile = nofile  # a lower limit on open files for the daemon process
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.token = ""
@@ -137,6 +141,12 @@ class DaemonProcess:
         """Start a daemon process (not waiting for it); its output goes to :attr:`last_log`."""
         log = self.last_log = self.root / f"daemon-{len(self._logs)}.log"
         self._logs.append(log)
+        limit = self.nofile
+
+        def lower_file_limit() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
         with open(log, "wb") as output:
             return subprocess.Popen(
                 argv or self.argv(),
@@ -146,6 +156,7 @@ class DaemonProcess:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=lower_file_limit if limit is not None else None,
             )
 
     @property

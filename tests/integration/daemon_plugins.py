@@ -91,3 +91,79 @@ def _relay(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
 
 
 register_operation(DaemonOperation("relay", _relay, {}, "Relay to two hosts, one failing (for dashboards)."))
+
+
+# -- hostile jobs for the hardening tests ----------------------------------------------------
+
+
+def _leak(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
+    """Tries every way a secret can leave a job: events, logs, prints, children, prompts, the outcome."""
+    import os
+    import subprocess
+    import sys
+
+    feedback = get_feedback("test.leak", sctx=sctx)
+    secret = prompter.secret("Registry token?")
+    prompter.confirm(f"Log in to the registry with token {secret}?")
+    feedback.progress(f"logging in with {secret}", stage=f"login-{secret}", metrics={secret: secret, "n": 1})
+    feedback.child(source=f"test.leak.{secret}", host=f"host-{secret}").progress(
+        f"child sees {secret}", status="succeeded", current=1, total=1, unit=f"u{secret}"
+    )
+    logging.getLogger("test.leak.legacy").warning("legacy plugin echoes %s", secret)
+    try:
+        raise ValueError(f"inner failure mentions {secret}")
+    except ValueError:
+        logging.getLogger("test.leak.legacy").exception("caught an error while using %r", secret)
+    half = len(secret) // 2
+    sys.stdout.write(f"stdout echoes {secret[:half]}")  # the secret split across two writes
+    sys.stdout.flush()
+    time.sleep(0.3)
+    sys.stdout.write(f"{secret[half:]} and goes on\n")
+    sys.stdout.flush()
+    print(f"stderr echoes {secret!r} and {secret}", file=sys.stderr, flush=True)
+    subprocess.run(
+        [sys.executable, "-c", "import os; print('child echoes', os.environ['LEAK'])"],
+        env={**os.environ, "LEAK": secret},
+        check=True,
+    )
+    if arguments.get("outcome") == "result":
+        return {secret: [secret, {"nested": f"value {secret}"}], "note": f"done with {secret}"}
+    try:
+        raise ValueError(f"the registry refused {secret}")
+    except ValueError as cause:
+        raise RuntimeError(f"login failed with token {secret}") from cause
+
+
+def _result(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
+    """Returns a result of a chosen shape: a NaN, a non-UTF-8 file name, or a size in bytes."""
+    import os
+
+    kind = arguments.get("kind")
+    if kind == "nan":
+        return {"score": float("nan")}
+    if kind == "file_name":
+        return {"file": os.fsdecode(b"model-\xff\xfe.bin")}
+    return {"blob": "x" * int(arguments.get("size", 10))}
+
+
+def _stderr_flood(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
+    """Writes a progress bar with carriage returns and no newline, then (optionally) waits."""
+    import sys
+
+    step = "\r" + "#" * 1023
+    for _ in range(int(arguments.get("kib", 8192))):
+        sys.stderr.write(step)
+    sys.stderr.flush()
+    time.sleep(float(arguments.get("then_sleep", 0)))
+    return {"written_kib": arguments.get("kib", 8192)}
+
+
+register_operation(DaemonOperation("leak", _leak, {"outcome": Param(str)}, "Try to leak a secret everywhere."))
+register_operation(
+    DaemonOperation("result", _result, {"kind": Param(str), "size": Param(int)}, "Return an awkward result.")
+)
+register_operation(
+    DaemonOperation(
+        "stderr_flood", _stderr_flood, {"kib": Param(int), "then_sleep": Param(float)}, "Endless-line stderr."
+    )
+)

@@ -21,7 +21,7 @@ from tests.integration.daemon_harness import ROOT, daemon_environment
 pytestmark = pytest.mark.integration
 
 
-KNOWN_OPERATIONS = "ask, burst, fail, legacy, logs, relay, run, sleep, status, stop"
+KNOWN_OPERATIONS = "ask, burst, fail, leak, legacy, logs, relay, result, run, sleep, status, stderr_flood, stop"
 UNKNOWN_JOB = "0123456789abcdef0123456789abcdef"
 
 

@@ -64,7 +64,7 @@ def test_unknown_nested_field(tmp_path):
     ("line", "message"),
     [
         ('recipe_version: "2"', "recipe_version is '2'; this sparkrun reads version \"1\" (field=recipe_version)"),
-        ("name: Chat Server", "name 'Chat Server' must be lowercase letters, digits"),
+        ("name: Chat Server", "name is 'Chat Server'; a name is 1 to 63 lowercase letters, digits"),
         ("runtime: docker", "runtime is 'docker'; supported: process (field=runtime)"),
         ("port: 70000", "port is 70000; it must be an integer from 1 to 65535 (field=port)"),
         ("port: true", "port is True; it must be an integer from 1 to 65535 (field=port)"),
