@@ -50,11 +50,9 @@ def tail(path: Path, count: int, *, max_line: int = MAX_LINE_BYTES) -> tuple[lis
             blocks.append(block)
             newlines += block.count(b"\n")
     data = b"".join(reversed(blocks))
-    if data.endswith(b"\n"):
-        data = data[:-1]
     if not data:
         return [], size
-    lines = _pieces(data, max_line)
+    lines = _pieces(data[:-1] if data.endswith(b"\n") else data, max_line)
     if position > 0:
         lines = lines[1:]  # the first line read is partial unless the file starts there
     return lines[-count:], size
@@ -72,7 +70,7 @@ def read_new(
 ) -> tuple[list[str], int, bool]:
     """Lines written after byte ``position``: (lines, new position, whether any bytes were there).
 
-    Reads at most ``limit`` bytes. A partial last line stays unread until its
+    Reads at most ``limit`` bytes (at least ``max_line``). A partial last line stays unread until its
     newline arrives (unless ``final``: nothing more will be written), or until
     it exceeds ``max_line``, in which case a piece of that size is returned. A
     file that shrank (replaced by a new run) is read again from its start.
@@ -85,13 +83,13 @@ def read_new(
         if os.fstat(file.fileno()).st_size < position:
             position = 0
         file.seek(position)
-        data = file.read(limit)
+        data = file.read(max(limit, max_line))  # at least a whole line, so every call makes progress
     if not data:
         return [], position, False
     complete = data.rfind(b"\n") + 1
     if complete:
         return _pieces(data[: complete - 1], max_line), position + complete, True
-    if len(data) >= max_line or final:
+    if len(data) >= max_line or final:  # a read is at least max_line long: shorter means the end of the file
         piece = data[:max_line]
         return _pieces(piece, max_line), position + len(piece), True
     return [], position, True

@@ -187,7 +187,6 @@ class Journal:
             for column, kind in _ADDED_COLUMNS.items():
                 if column not in present:
                     self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
-            self._db.execute("SELECT COUNT(*) FROM events").fetchone()
         except sqlite3.DatabaseError as error:
             self._db.close()
             raise JournalUnreadable(self.path, error) from None

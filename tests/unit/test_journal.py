@@ -364,3 +364,36 @@ def test_to_json_round_trips(journal):
 def test_rejects_non_positive_bounds(tmp_path):
     with pytest.raises(ValueError, match="positive"):
         Journal(tmp_path / "j.db", max_events=0)
+
+
+def test_a_journal_of_the_first_release_gains_the_worker_column(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, operation TEXT NOT NULL, arguments JSON NOT NULL,"
+        " operation_id TEXT NOT NULL, state TEXT NOT NULL, created_at REAL NOT NULL, started_at REAL,"
+        " finished_at REAL, result JSON, error JSON, worker_pid INTEGER);"
+        "INSERT INTO jobs VALUES ('j1', 'sleep', '{}', 'o', 'running', 1.0, 2.0, NULL, NULL, NULL, 4242);"
+    )
+    db.commit()
+    db.close()
+    journal = Journal(path)
+    record = journal.job("j1")
+    assert (record.worker_pid, record.worker) == (4242, None)
+    assert journal.update_job("j1", worker={"pid": 7, "start_ticks": 9}).worker == {"pid": 7, "start_ticks": 9}
+    journal.close()
+
+
+def test_a_file_that_is_not_a_journal_is_one_clear_error(tmp_path):
+    from sparkrun.daemon.journal import JournalUnreadable
+
+    path = tmp_path / "journal.sqlite3"
+    path.write_bytes(b"not a database at all " * 100)
+    with pytest.raises(JournalUnreadable) as raised:
+        Journal(path)
+    assert str(raised.value) == (
+        f"the job journal is unreadable (path={path}, file is not a database); "
+        "move it aside to start the daemon with an empty journal"
+    )
