@@ -24,7 +24,9 @@ def _pace(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) 
     time.sleep(float(arguments.get("delay") or 0.0))
     next_at = time.perf_counter()
     for index in range(count):
-        feedback.progress("pace", current=index, total=count, metrics={"sent_at": time.time()}, log_message=False)
+        feedback.progress(
+            "pace", current=index, total=count, total_kind="exact", metrics={"sent_at": time.time()}, log_message=False
+        )
         next_at += interval
         pause = next_at - time.perf_counter()
         if pause > 0:

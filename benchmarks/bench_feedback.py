@@ -74,7 +74,14 @@ def main(n: int = 100_000) -> int:
         def progress_counters(count: int) -> None:
             report = reporter.progress
             for i in range(count):
-                report("Receiving missing layers", stage="transfer", current=i, total=count, unit="bytes")
+                report(
+                    "Receiving missing layers",
+                    stage="transfer",
+                    current=i,
+                    total=count,
+                    total_kind="exact",
+                    unit="bytes",
+                )
 
         results["baseline: Logger.log -> NullHandler"] = _per_event_us(baseline, n, drain)
         results["progress() + SimpleQueue subscriber"] = _per_event_us(progress, n, drain)

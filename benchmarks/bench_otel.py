@@ -99,7 +99,14 @@ def main(n: int = 50_000) -> int:
         with operation_scope(sctx, name="memory"):
             report = get_feedback("bench.memory").progress
             for i in range(100_000):
-                report("Receiving missing layers", current=i, total=100_000, unit="bytes", log_message=False)
+                report(
+                    "Receiving missing layers",
+                    current=i,
+                    total=100_000,
+                    total_kind="exact",
+                    unit="bytes",
+                    log_message=False,
+                )
                 if i % 10_000 == 0:
                     while not queue.empty():
                         queue.get()

@@ -5,12 +5,15 @@ separate thread prints them as they come, the way a frontend would. The
 operation is also exported as an OpenTelemetry trace (to the OTLP endpoint of
 the environment, else the local trace store); `sparkrun trace show latest`
 then shows it. Pass --no-otel to skip that, --json for raw envelopes.
+Piped into a reader that leaves early (`| head`), it stops printing but lets
+the operation finish, then exits quietly.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -26,9 +29,27 @@ from producer_plugin import relay_image
 _DONE = object()
 
 
+class _Output:
+    """stdout until its reader leaves, then nothing (the operation still runs to its end)."""
+
+    gone = False
+
+    def print(self, text: str) -> None:
+        if self.gone:
+            return
+        try:
+            print(text, flush=True)
+        except BrokenPipeError:
+            self.gone = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error when Python flushes at exit
+
+
+_out = _Output()
+
+
 def _print_events(queue: SimpleQueue, as_json: bool) -> None:
     while (event := queue.get()) is not _DONE:
-        print(json.dumps(event) if as_json else describe_event(event), flush=True)
+        _out.print(json.dumps(event) if as_json else describe_event(event))
 
 
 def main(as_json: bool = False, with_otel: bool = True) -> str:
@@ -50,10 +71,10 @@ def main(as_json: bool = False, with_otel: bool = True) -> str:
     finally:
         event_queue.put(_DONE)
         printer.join()
-    print(f"operation {operation.operation_id}: {operation.outcome}", flush=True)
+    _out.print(f"operation {operation.operation_id}: {operation.outcome}")
     if with_otel:
         telemetry.shutdown()  # bounded: at most 2 s even if a collector is unreachable
-        print(f"trace exported to {telemetry.destination}", flush=True)
+        _out.print(f"trace exported to {telemetry.destination}")
     return operation.operation_id
 
 
@@ -61,3 +82,4 @@ if __name__ == "__main__":
     # The application owns logging; sparkrun never configures it for a library user.
     logging.basicConfig(level=logging.ERROR)
     main(as_json="--json" in sys.argv[1:], with_otel="--no-otel" not in sys.argv[1:])
+    sys.exit(141 if _out.gone else 0)  # 128 + SIGPIPE when the reader left, as piped tools report it

@@ -45,29 +45,36 @@ def replay(
     meter_provider: Any = None,
     name: str = "replay",
     outcome: Outcome | None = None,
+    error: BaseException | None = None,
     started_at: float | None = None,
     finished_at: float | None = None,
+    operation_id: str | None = None,
 ) -> list[str]:
     """Export the spans of every operation in ``events``; returns their operation ids.
 
     ``name`` becomes the root span name (``sparkrun.<name>``), since native
     events do not carry the operation's name. A caller that knows more (the
-    daemon's job record) passes the outcome and the operation's start and end
-    times; otherwise the first and last events bound the root span.
+    daemon's job record) passes the outcome, the error (a
+    :class:`~sparkrun.errors.ReportedError` read back from a record) and the
+    operation's own start and end times, so the replay has the times and
+    status of the live trace; otherwise the first and last events bound the
+    root span. ``operation_id`` names an operation to replay even if it has no
+    events (its root span alone, which needs ``started_at`` and ``finished_at``).
     """
-    by_operation: dict[str, list[dict[str, Any]]] = {}
+    by_operation: dict[str, list[dict[str, Any]]] = {operation_id: []} if operation_id else {}
     for event in events:
         by_operation.setdefault(event["operation_id"], []).append(event)
     mapper = SpanMapper(
         tracer_provider or trace.get_tracer_provider(),
         meter_provider if meter_provider is not None else metrics.get_meter_provider(),
     )
-    for operation_id, recorded in by_operation.items():
+    for replayed, recorded in by_operation.items():
         recorded.sort(key=lambda event: event["timestamp"])
-        start = min(started_at, recorded[0]["timestamp"]) if started_at else recorded[0]["timestamp"]
-        end = max(finished_at, recorded[-1]["timestamp"]) if finished_at else recorded[-1]["timestamp"]
-        mapper.start(OperationInfo(operation_id, name, start))
+        times = [event["timestamp"] for event in recorded]
+        start = min([started_at, *times[:1]]) if started_at is not None else times[0]
+        end = max([finished_at, *times[-1:]]) if finished_at is not None else times[-1]
+        mapper.start(OperationInfo(replayed, name, start))
         for event in recorded:
-            mapper.handle(operation_id, event)
-        mapper.finish(operation_id, outcome, None, end)
+            mapper.handle(replayed, event)
+        mapper.finish(replayed, outcome, error, end)
     return list(by_operation)

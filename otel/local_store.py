@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,16 @@ class TraceSummary:
     status: str
     span_count: int
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operation_id": self.trace_id,
+            "operation": self.name,
+            "start_unix_nano": self.start_ns,
+            "duration_seconds": self.duration_seconds,
+            "status": self.status,
+            "spans": self.span_count,
+        }
+
 
 def _decode_span(raw: dict[str, Any]) -> StoredSpan:
     status = raw.get("status") or {}
@@ -118,8 +129,14 @@ class TraceStore:
             self.directory.mkdir(parents=True, exist_ok=True)
             for trace_id, members in by_trace.items():
                 line = json.dumps(encode_spans(members), separators=(",", ":"))
-                with open(self.path_of(f"{trace_id:032x}"), "a", encoding="utf-8") as file:
+                path = self.path_of(f"{trace_id:032x}")
+                before = path.stat().st_mtime_ns if path.exists() else 0
+                with open(path, "a", encoding="utf-8") as file:
                     file.write(line + "\n")
+                # A file's time is its trace's latest span end, not when it was written: a replay of an old
+                # trace does not make it the newest.
+                ended = max(span.end_time or 0 for span in members)
+                os.utime(path, ns=(time.time_ns(), max(before, ended)))
             self._writes += 1
             if self._writes % _PRUNE_EVERY == 1:
                 self._prune()
@@ -152,14 +169,14 @@ class TraceStore:
         return sorted(spans.values(), key=lambda span: (span.start_ns, span.span_id))
 
     def trace_ids(self) -> list[str]:
-        """Stored trace ids, most recently written first."""
+        """Stored trace ids, the one that ended last first."""
         if not self.directory.is_dir():
             return []
         files = sorted(self.directory.glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
         return [path.stem for path in files]
 
     def summaries(self, limit: int = 20) -> list[TraceSummary]:
-        """The most recent traces, newest first."""
+        """The most recent traces, the one that started last first."""
         summaries = []
         for trace_id in self.trace_ids()[:limit]:
             spans = self.spans(trace_id)
@@ -170,7 +187,7 @@ class TraceStore:
             summaries.append(
                 TraceSummary(trace_id, root.name, root.start_ns, root.duration_seconds, root.status, len(spans))
             )
-        return summaries
+        return sorted(summaries, key=lambda summary: summary.start_ns, reverse=True)
 
 
 class LocalSpanExporter(SpanExporter):

@@ -26,10 +26,37 @@ from otel.environment import PROTOCOLS, check_environment
 from otel.local_store import DEFAULT_MAX_TRACES, LocalSpanExporter, TraceStore
 from sparkrun.config import env_flag, otlp_endpoint
 
-__all__ = ["DEFAULT_SHUTDOWN_TIMEOUT", "Telemetry", "configure"]
+__all__ = ["DEFAULT_SHUTDOWN_TIMEOUT", "DeliveryWatch", "Telemetry", "configure"]
 
 _log = logging.getLogger(__name__)
 DEFAULT_SHUTDOWN_TIMEOUT = 2.0
+
+
+class DeliveryWatch:
+    """Wraps a span exporter to count the batches it failed to deliver (the SDK only logs them)."""
+
+    def __init__(self, exporter: Any) -> None:
+        self.exporter = exporter
+        self.failed = 0
+        self.exported = 0
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        try:
+            result = self.exporter.export(spans)
+        except Exception:
+            result = SpanExportResult.FAILURE
+        self.exported += 1
+        if result is not SpanExportResult.SUCCESS:
+            self.failed += 1
+        return result
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return bool(self.exporter.force_flush(timeout_millis))
 
 
 @dataclass
@@ -40,17 +67,21 @@ class Telemetry:
     meter_provider: Any
     destination: str
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    watch: DeliveryWatch | None = None
+    #: Why the last :meth:`shutdown` could not deliver everything, in a few words; None if it did.
+    problem: str | None = field(default=None, init=False)
     _done: bool = field(default=False, repr=False)
 
     def shutdown(self, timeout: float | None = None) -> bool:
         """Flush and stop both providers, waiting at most ``timeout`` seconds.
 
-        Returns ``False`` if the exporters did not finish in time (for
-        example, an unreachable collector); the process can exit regardless,
+        Returns ``False`` if spans were not delivered: the exporters did not
+        finish in time (for example, an unreachable collector) or an export
+        failed; :attr:`problem` says which. The process can exit regardless,
         since the export threads are daemons and no exit hook waits on them.
         """
         if self._done:
-            return True
+            return self.problem is None
         self._done = True
         limit = self.shutdown_timeout if timeout is None else timeout
 
@@ -65,9 +96,10 @@ class Telemetry:
         worker.start()
         worker.join(limit)
         if worker.is_alive():
-            _log.warning("telemetry export did not finish within %.1f s; giving up on unsent data", limit)
-            return False
-        return True
+            self.problem = f"not delivered within {limit:g} s"
+        elif self.watch is not None and self.watch.failed:
+            self.problem = f"{self.watch.failed} of {self.watch.exported} exports failed"
+        return self.problem is None
 
 
 def _resource(env: Mapping[str, str]) -> Any:
@@ -144,6 +176,7 @@ def configure(
     from sparkrun.config import default_state_dir
 
     resource = _resource(env)
+    watch = None
     if check.traces_off:
         tracer_provider: Any = trace.NoOpTracerProvider()
         destination = "off"
@@ -155,11 +188,12 @@ def configure(
         endpoint = endpoint or otlp_endpoint(env, "TRACES")
         protocol = protocol or check.protocols.get("TRACES", "http/protobuf")
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(endpoint, protocol, explicit, store)))
+        watch = DeliveryWatch(_span_exporter(endpoint, protocol, explicit, store))
+        tracer_provider.add_span_processor(BatchSpanProcessor(watch))  # type: ignore[arg-type]
         destination = f"otlp {protocol} {endpoint}" if endpoint else f"local store {store.directory}"
     readers = [] if check.metrics_off else _metric_readers(env, check.protocols.get("METRICS"))
     meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
-    return Telemetry(tracer_provider, meter_provider, destination, shutdown_timeout)
+    return Telemetry(tracer_provider, meter_provider, destination, shutdown_timeout, watch)

@@ -27,13 +27,14 @@ from otel.ids import ChosenIdGenerator, activity_span_id, phase_span_id, root_sp
 from otel.metrics import SparkrunMetrics
 from sparkrun.core.envelope import MAX_TEXT_CHARS
 from sparkrun.core.operation import OperationInfo, OperationObserver, Outcome
-from sparkrun.core.redaction import RedactedError, error_type_name
+from sparkrun.errors import ReportedError, error_type_name
 
 __all__ = ["SpanMapper"]
 
 _log = logging.getLogger(__name__)
 _SIGNIFICANT_LEVELS = frozenset({"warning", "error"})
 _TERMINAL = frozenset({"succeeded", "failed", "skipped"})
+_COMMON_FIELDS = frozenset({"type", "operation_id", "timestamp", "message", "source"})
 SAMPLE_INTERVAL_SECONDS = 1.0
 DEFAULT_EVENT_LIMIT = 128
 
@@ -289,11 +290,13 @@ class _OperationTrace:
 
     # -- other event types ------------------------------------------------------------
 
-    def _root_event(self, name: str, event: dict[str, Any], *, late: bool = False) -> None:
+    def _root_event(
+        self, name: str, event: dict[str, Any], *, late: bool = False, extra: dict[str, Any] | None = None
+    ) -> None:
         if self._root_events >= self._limit - 1:
             self._dropped_root_events += 1
             return
-        attributes = {"message": event["message"], "sparkrun.source": event.get("source", "")}
+        attributes = {"message": event["message"], "sparkrun.source": event.get("source", ""), **(extra or {})}
         if late:
             attributes["sparkrun.activity_id"] = event["activity_id"]
             attributes["sparkrun.late"] = True
@@ -302,6 +305,17 @@ class _OperationTrace:
 
     def log(self, event: dict[str, Any]) -> None:
         self._root_event(f"sparkrun.log.{event['level']}", event)
+
+    def other(self, event: dict[str, Any]) -> None:
+        """A ``benchmark``, ``setup`` or any later event type: a root-span event with its scalar fields."""
+        kind = event["type"]
+        name = f"sparkrun.{kind}.{event['kind']}" if kind == "benchmark" and "kind" in event else f"sparkrun.{kind}"
+        extra = {
+            f"sparkrun.{key}": value
+            for key, value in event.items()
+            if key not in _COMMON_FIELDS and isinstance(value, (str, bool, int, float))
+        }
+        self._root_event(name, event, extra=extra)
 
     def phase(self, event: dict[str, Any]) -> None:
         slug, status, at = event["slug"], event["status"], event["timestamp"]
@@ -356,7 +370,7 @@ class _OperationTrace:
             description = None
             if error is not None:
                 root.set_attribute("error.type", error_type_name(error))
-                if isinstance(error, RedactedError):  # secrets were removed from its text; it has no frames
+                if isinstance(error, ReportedError):  # a description (redacted, or replayed): it has no frames
                     attributes = {"exception.type": error.type_name, "exception.message": error.message}
                     if error.stacktrace:
                         attributes["exception.stacktrace"] = error.stacktrace
@@ -434,7 +448,7 @@ class SpanMapper(OperationObserver):
             self.metrics.operation_started(info.name)
 
     def handle(self, operation_id: str, event: dict[str, Any]) -> None:
-        """Map one native event of a started operation; others are ignored."""
+        """Map one native event of a started operation (events of other operations are ignored)."""
         operation_trace = self._traces.get(operation_id)
         if operation_trace is None:
             return
@@ -446,6 +460,8 @@ class SpanMapper(OperationObserver):
                 operation_trace.log(event)
             elif kind == "progress":
                 operation_trace.phase(event)
+            elif isinstance(kind, str) and isinstance(event.get("message"), str):
+                operation_trace.other(event)
         except Exception:
             _log.debug("could not map event %r", event, exc_info=True)
 
@@ -468,4 +484,4 @@ class SpanMapper(OperationObserver):
         self.handle(info.operation_id, event)
 
     def operation_finished(self, info: OperationInfo, outcome: Outcome, error: BaseException | None) -> None:
-        self.finish(info.operation_id, outcome, error, time.time())
+        self.finish(info.operation_id, outcome, error, info.finished_at or time.time())

@@ -56,9 +56,13 @@ def _check_telemetry(sctx: SparkrunContext) -> str:
     if not endpoint:
         return _writable(sctx.config.state_dir / "traces") + " (local trace store)"
     parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-    port = parts.port or (443 if parts.scheme == "https" else 4318)
-    with socket.create_connection((parts.hostname or "localhost", port), timeout=_CONNECT_TIMEOUT):
-        pass
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 4318)
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=_CONNECT_TIMEOUT):
+            pass
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+        raise OSError(f"cannot reach the OTLP endpoint {endpoint} ({reason})") from None
     return f"OTLP endpoint {endpoint} accepts connections"
 
 
@@ -71,7 +75,7 @@ def _run_check(reporter: FeedbackReporter, name: str, check, sctx: SparkrunConte
     try:
         detail = check(sctx)
     except OSError as error:
-        detail = f"{type(error).__name__}: {error.strerror or error}"
+        detail = error.strerror or str(error)
         activity.error(detail, stage=name, status="failed", metrics={"error_type": type(error).__name__})
         return CheckResult(name, "failed", detail)
     activity.progress(detail, stage=name, status="succeeded")

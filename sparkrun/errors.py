@@ -14,7 +14,9 @@ __all__ = [
     "LaunchError",
     "OperationCancelled",
     "RecipeError",
+    "ReportedError",
     "SparkrunError",
+    "error_type_name",
 ]
 
 
@@ -44,3 +46,27 @@ class DeploymentError(SparkrunError):
 
 class DaemonError(SparkrunError):
     """The daemon cannot start, is not running, or answered with an error."""
+
+
+class ReportedError(Exception):
+    """An error known only by its description: type name, message and formatted traceback.
+
+    It stands in for an exception where the original must not travel (its
+    text held a secret, see :mod:`sparkrun.core.redaction`) or no longer
+    exists (a job's error read back from the daemon's journal). It holds no
+    frames and no chained exceptions.
+    """
+
+    def __init__(self, type_name: str, message: str, stacktrace: str = "") -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.message = message
+        self.stacktrace = stacktrace
+
+
+def error_type_name(error: BaseException) -> str:
+    """``module.QualName`` of an exception's type (builtins without a module), as traces show it."""
+    if isinstance(error, ReportedError):
+        return error.type_name
+    kind = type(error)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"

@@ -7,6 +7,7 @@ dashboards, never for deciding success.
 
 from __future__ import annotations
 
+import difflib
 import socket
 import time
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from sparkrun.core.launch_progress import LaunchPhaseTracker
 from sparkrun.core.names import check_name
 from sparkrun.core.operation import Operation, operation_scope
 from sparkrun.core.recipes import BUILTIN_PLACEHOLDERS, Recipe, find_recipe, recipe_dirs, render_command
-from sparkrun.errors import DeploymentError, LaunchError
+from sparkrun.errors import DeploymentError, LaunchError, RecipeError
 from sparkrun.feedback import FeedbackReporter, get_feedback
 
 __all__ = ["RunOptions", "RunResult", "run"]
@@ -100,9 +101,24 @@ def _prepare(options: RunOptions, sctx: SparkrunContext, store: DeploymentStore)
         raise ValueError(
             f"{builtin[0]} is a built-in placeholder and cannot be overridden (override={builtin[0]}){hint}"
         )
+    _check_overrides(recipe, options.overrides)
     values = {key: str(value) for key, value in options.overrides.items()}
     command = render_command(recipe, {**values, "name": name, "port": port, "host": "127.0.0.1"})
     return _Plan(recipe, name, host, port, executor.argv(command), command, executor)
+
+
+def _check_overrides(recipe: Recipe, overrides: Mapping[str, Any]) -> None:
+    """An override the command never uses is a typo until proven otherwise: refuse it with a suggestion."""
+    used = recipe.placeholders()
+    for key in overrides:
+        if key not in used:
+            close = difflib.get_close_matches(key, used, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            known = ", ".join(sorted(set(used) - set(BUILTIN_PLACEHOLDERS))) or "none"
+            raise RecipeError(
+                f"{recipe.path}: --set {key} matches no placeholder of the command; {hint}"
+                f"(placeholders you can set: {known}) (field=command)"
+            )
 
 
 def _distribute(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter, state_dir: Path) -> None:
@@ -192,6 +208,7 @@ def _launch(options: RunOptions, sctx: SparkrunContext, operation: Operation) ->
         deployment = _start(plan, tracker, feedback, store)
         with tracker.phase("post_launch"):
             store.save(deployment)
+            store.prune_logs()
     except BaseException as error:
         reason = (str(error).splitlines() or [""])[0] or type(error).__name__
         feedback.error(reason, status="failed", metrics={"error_type": type(error).__name__})

@@ -7,7 +7,7 @@ process, long after the one that launched the workload has exited.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -110,16 +110,17 @@ def stop(
             store.remove(deployment.name)
             activity.progress(f"{deployment.name}: {outcome}", stage="stop", status="succeeded")
             results.append(StopResult(deployment.name, outcome))
+        store.prune_logs()
         feedback.progress(f"Stopped {len(results)} deployment(s)", stage="stop", status="succeeded")
         return results
 
 
-def _follow(path: Path, deployment: Deployment, tail: int | None, follow: bool) -> Iterator[str]:
+def _follow(path: Path, alive: Callable[[], bool], tail: int | None, follow: bool) -> Iterator[str]:
     lines, position = log_tail.start(path, tail)
     yield from lines
     end = None if follow else _size(path)  # without follow, what was there when asked, however fast it grows
     while True:
-        ended = end is not None or not deployment.alive()  # checked before reading, so its last lines are read
+        ended = end is not None or not alive()  # checked before reading, so its last lines are read
         lines, position, had_data = log_tail.read_new(path, position, final=ended)
         yield from lines
         if (ended and not had_data) or (end is not None and position >= end):
@@ -138,10 +139,21 @@ def _size(path: Path) -> int:
 def logs(
     name: str, *, follow: bool = False, tail: int | None = None, sctx: SparkrunContext | None = None
 ) -> Iterator[str]:
-    """The workload's log lines: the last ``tail`` (or all), then new ones while it runs if ``follow``."""
+    """The workload's log lines: the last ``tail`` (or all), then new ones while it runs if ``follow``.
+
+    A deployment that was stopped keeps its last run's log (see
+    :meth:`~sparkrun.core.deployments.DeploymentStore.prune_logs`); its lines
+    are returned as they are, and ``follow`` ends at once.
+    """
     if tail is not None and tail < 0:
         raise ValueError(f"tail is {tail}; it must be >= 0")
     sctx = _context(sctx)
+    store = DeploymentStore(sctx.config.state_dir)
     with operation_scope(sctx, name="logs"):
-        deployment = _find(DeploymentStore(sctx.config.state_dir), name)
-    return _follow(Path(deployment.log_path), deployment, tail, follow)
+        deployment = store.load(check_name("deployment", name))
+        if deployment is None:
+            kept = store.log_path(name)
+            if not kept.is_file():
+                _find(store, name)  # raises, naming the known deployments
+            return _follow(kept, lambda: False, tail, follow)
+    return _follow(Path(deployment.log_path), deployment.alive, tail, follow)

@@ -1,10 +1,19 @@
 """Live terminal rendering of an operation's events.
 
 On a terminal (rich): phase lines ``[n/6]``, a percentage bar only for exact
-totals, "X of up to Y" for upper bounds, a spinner for unknown totals, and
-warnings and errors highlighted. Elsewhere (pipes, CI logs): one plain line
-per event. The renderer is the operation's subscriber, so it must stay
-quick; rich redraws from its own thread.
+totals, "X of up to Y" for upper bounds, a spinner for unknown totals,
+warnings and errors highlighted; bars disappear when their activity ends or
+the operation does. Elsewhere (pipes, CI logs): one plain line per event.
+The renderer is the operation's subscriber, so it must stay quick; rich
+redraws from its own thread.
+
+What it shows depends on verbosity: ``info`` reports only with ``-v``,
+``debug`` ones only with ``-vv``, and ``-q`` keeps warnings, errors and
+failed phases. The failure of the operation as a whole (a failed phase, the
+failure report of a root activity) is held until the operation ends: the
+command's final ``error:`` line states it, so a held line is printed only if
+it says something else, and nothing is printed after Ctrl+C but the
+command's own line.
 """
 
 from __future__ import annotations
@@ -18,20 +27,30 @@ from typing import IO, Any
 
 from sparkrun.cli.render import describe_event
 
-__all__ = ["EventRecorder", "LiveRenderer", "describe_progress", "fan_out"]
+__all__ = ["EventRecorder", "LiveRenderer", "counter_text", "describe_progress", "fan_out"]
 
 _TERMINAL = ("succeeded", "failed", "skipped")
 _STATUS_STYLE = {"succeeded": "green", "failed": "bold red", "skipped": "dim", "running": "cyan"}
+_DETAIL_LEVELS = {"info": 1, "debug": 2}
 
 
 def describe_progress(event: dict[str, Any]) -> str:
-    """A launch phase event as ``[n/6] message``."""
+    """A launch phase event as ``[n/6] message`` (a failed phase without its reason: the error line has it)."""
+    if event.get("status") == "failed":
+        return f"[{event['phase']}/{event['total_phases']}] {event['label']}: failed"
     return f"[{event['phase']}/{event['total_phases']}] {event['message']}"
 
 
 def _notable(event: dict[str, Any]) -> bool:
     """What ``-q`` still shows: warnings, errors and failed phases."""
     return event.get("level") in ("warning", "error") or event.get("status") == "failed"
+
+
+def _whole_failure(event: dict[str, Any]) -> bool:
+    """The operation failing as a whole: a failed launch phase, or a root activity's failure report."""
+    if event.get("status") != "failed":
+        return False
+    return event.get("type") == "progress" or (event.get("type") == "feedback" and "parent_id" not in event)
 
 
 def _plain(event: dict[str, Any]) -> str:
@@ -64,16 +83,24 @@ class LiveRenderer:
     """A subscriber that draws events for a person; use it as a context manager."""
 
     def __init__(
-        self, stream: IO[str] | None = None, *, force_terminal: bool | None = None, quiet: bool = False
+        self,
+        stream: IO[str] | None = None,
+        *,
+        force_terminal: bool | None = None,
+        quiet: bool = False,
+        verbose: int = 0,
     ) -> None:
         stream = stream if stream is not None else sys.stdout
         self._stream = stream
         self._quiet = quiet
+        self._verbose = verbose
         self._gone = False
+        self._held: list[dict[str, Any]] = []
         self._rich = force_terminal if force_terminal is not None else stream.isatty()
         self._console: Any = None
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
+        self._waiting: Any = None
         if self._rich:
             from rich.console import Console
 
@@ -83,16 +110,52 @@ class LiveRenderer:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
+        if isinstance(error, KeyboardInterrupt):
+            self.close(interrupted=True)
+        else:
+            self.close(error=str(error) if error is not None else None)
 
-    def close(self) -> None:
+    def close(self, *, error: str | None = None, interrupted: bool = False) -> None:
+        """End the live display; print held failure lines that add to ``error`` (none if ``interrupted``)."""
         if self._progress is not None:
             self._progress.stop()
-            self._progress = None
+            self._progress, self._tasks, self._waiting = None, {}, None
+        held, self._held = self._held, []
+        if interrupted:
+            return
+        for event in held:
+            if event.get("type") == "feedback" and error is not None and event["message"] in error:
+                continue  # the command's error line says the same
+            self._show(event)
+
+    def waiting(self, text: str) -> None:
+        """Show a transient status line (terminals only) until the next event arrives."""
+        if not self._rich or self._gone:
+            return
+        progress = self._bar()
+        if self._waiting is None:
+            self._waiting = progress.add_task(text, total=None, counter="")
+        else:
+            progress.update(self._waiting, description=text)
 
     def __call__(self, event: dict[str, Any]) -> None:
-        if self._gone or (self._quiet and not _notable(event)):
+        if self._gone or not self._wanted(event):
             return
+        if self._waiting is not None:
+            self._progress.remove_task(self._waiting)
+            self._waiting = None
+        if _whole_failure(event):
+            self._finish_counter(event)
+            self._held.append(event)
+            return
+        self._show(event)
+
+    def _wanted(self, event: dict[str, Any]) -> bool:
+        if self._quiet:
+            return _notable(event)
+        return self._verbose >= _DETAIL_LEVELS.get(event.get("level", ""), 0)
+
+    def _show(self, event: dict[str, Any]) -> None:
         if not self._rich:
             try:
                 self._stream.write(_plain(event) + "\n")
@@ -113,7 +176,7 @@ class LiveRenderer:
         if event.get("type") == "progress":
             style = _STATUS_STYLE.get(event["status"], "")
             line = Text(f"[{event['phase']}/{event['total_phases']}] ", style="bold")
-            line.append(event["message"], style=style)
+            line.append(describe_progress(event).split("] ", 1)[1], style=style)
         elif level in ("warning", "error"):
             line = Text(f"{level}: ", style="bold yellow" if level == "warning" else "bold red")
             line.append(f"{event.get('source', '')}: {event['message']}")

@@ -21,7 +21,8 @@ def describe_event(event: dict[str, Any]) -> str:
     """A compact, human-readable line for any event; unknown types show their message."""
     level = event.get("level", event.get("type", "event"))
     if event.get("type") != "feedback":
-        return f"{level:<8} {event.get('source', '-')}: {event.get('message', '')}"
+        who = event.get("source") or event.get("kind") or "-"
+        return f"{level:<8} {who}: {event.get('message', '')}"
     who = event["source"] + (f"@{event['host']}" if "host" in event else "")
     where = "/".join(part for part in (event.get("stage"), event.get("status")) if part)
     return f"{level:<8} {who:<18} {where:<19} {event['message']}{_counter(event)}"

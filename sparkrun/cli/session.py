@@ -9,18 +9,10 @@ from pathlib import Path
 
 import click
 
+from sparkrun.cli.options import CliState
 from sparkrun.core.context import SparkrunContext
 
-__all__ = ["events_jsonl_option", "operation_session"]
-
-
-def events_jsonl_option(command):  # type: ignore[no-untyped-def]
-    """``--events-jsonl PATH``: record the operation's native events (for replay or audit)."""
-    return click.option(
-        "--events-jsonl",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Append every native event of the operation to this JSON-lines file.",
-    )(command)
+__all__ = ["operation_session"]
 
 
 @contextmanager
@@ -37,25 +29,29 @@ def operation_session(
 
     Read-only commands pass ``live=False`` (they print their own output) and
     ``traced=False``, so the trace store keeps to operations that did work.
+    The log records of feedback reports are not logged during a session: the
+    command either draws the events or prints its own result.
     """
     from sparkrun.application import initialize
     from sparkrun.cli.live import EventRecorder, LiveRenderer, fan_out
-    from sparkrun.cli.main import CliState, render_events_live
+    from sparkrun.cli.telemetry import RenderedFilter, start_telemetry
 
+    state = ctx.find_object(CliState) or CliState()
     with ExitStack() as stack:
-        state = ctx.find_object(CliState)
-        quiet = state is not None and state.quiet
         renderer = None
         if as_json:
             renderer = EventRecorder(sys.stdout)
         elif live:
-            renderer = stack.enter_context(LiveRenderer(quiet=quiet))
+            renderer = stack.enter_context(LiveRenderer(quiet=state.quiet, verbose=state.verbose))
+        if state.handler is not None:  # the command draws the events or prints its own result: never both
+            rendered = RenderedFilter()
+            state.handler.addFilter(rendered)
+            stack.callback(state.handler.removeFilter, rendered)
         recorder = None
         if events_jsonl is not None:
             recorder = EventRecorder(events_jsonl)
             stack.callback(recorder.close)
-        sctx = initialize(state_dir=state_dir, events=fan_out(renderer, recorder))
-        render_events_live()
-        if state is not None and traced:
-            state.start_telemetry(ctx, sctx.config.state_dir)
+        sctx = initialize(state_dir=state_dir or state.state_dir, events=fan_out(renderer, recorder))
+        if traced:
+            start_telemetry(ctx, state, sctx.config.state_dir)
         yield sctx

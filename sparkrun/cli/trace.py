@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from sparkrun.cli.main import UserError, resolved_state_dir, state_dir_option
+from sparkrun.cli.options import CliState, Group, UserError, resolved_state_dir, state_dir_option
 
 __all__ = ["trace"]
 
@@ -22,7 +22,7 @@ def _store(state_dir: Path | None):  # type: ignore[no-untyped-def]
     return TraceStore.in_state_dir(resolved_state_dir(state_dir))
 
 
-@click.group()
+@click.group(cls=Group)
 def trace() -> None:
     """Find an operation's trace by its operation id."""
 
@@ -30,20 +30,33 @@ def trace() -> None:
 @trace.command("list")
 @state_dir_option
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True, help="How many traces.")
-def list_traces(state_dir: Path | None, limit: int) -> None:
-    """Recent operations in the local trace store, newest first."""
+@click.option("--json", "as_json", is_flag=True, help="Print the traces as JSON.")
+def list_traces(state_dir: Path | None, limit: int, as_json: bool) -> None:
+    """Recent operations in the local trace store, newest first (by start time)."""
+    from sparkrun.cli.tables import render_table
+    from sparkrun.cli.waterfall import format_duration
+
     store = _store(state_dir)
     summaries = store.summaries(limit)
+    if as_json:
+        click.echo(json.dumps([summary.to_json() for summary in summaries], indent=2))
+        return
     if not summaries:
         click.echo(f"no traces in {store.directory}")
         return
-    click.echo(f"{'started':<19}  {'duration':>9}  {'status':<6} {'spans':>5}  {'operation':<22} operation id")
-    for summary in summaries:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(summary.start_ns / 1e9))
-        click.echo(
-            f"{started:<19}  {summary.duration_seconds:>8.2f}s  {summary.status:<6} {summary.span_count:>5}  "
-            f"{summary.name:<22} {summary.trace_id}"
-        )
+    rows = [
+        [
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(summary.start_ns / 1e9)),
+            format_duration(summary.duration_seconds),
+            summary.status,
+            str(summary.span_count),
+            summary.trace_id,
+            summary.name,
+        ]
+        for summary in summaries
+    ]
+    header = ["started", "duration", "status", "spans", "operation id", "operation"]
+    click.echo(render_table(header, rows, right=(1, 3)))
 
 
 @trace.command("show")
@@ -52,6 +65,7 @@ def list_traces(state_dir: Path | None, limit: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the span tree as JSON.")
 def show(operation_id: str, state_dir: Path | None, as_json: bool) -> None:
     """Show the span tree of OPERATION_ID (or `latest`) as a waterfall."""
+    from sparkrun.cli.tables import terminal_width
     from sparkrun.cli.waterfall import render_waterfall, span_tree
 
     store = _store(state_dir)
@@ -71,7 +85,7 @@ def show(operation_id: str, state_dir: Path | None, as_json: bool) -> None:
         click.echo(json.dumps({"trace_id": operation_id.lower(), "spans": span_tree(spans)}, indent=2))
     else:
         click.echo(f"trace {operation_id.lower()}")
-        click.echo(render_waterfall(spans))
+        click.echo(render_waterfall(spans, width=terminal_width()))
 
 
 @trace.command("replay")
@@ -90,27 +104,19 @@ def replay(
 
     Replaying the same events again produces the same trace and span ids.
     """
-    import otel
     from otel.event_replay import read_events
-    from sparkrun.cli.main import CliState
+    from sparkrun.cli.telemetry import export_replay
 
     events = list(read_events(events_file))
     if not events:
         raise UserError(f"no events to replay (path={events_file})")
-    state = ctx.find_object(CliState)
-    telemetry = otel.configure(
+    operation_ids, destination = export_replay(
+        events,
+        state=ctx.find_object(CliState),
         state_dir=resolved_state_dir(state_dir),
-        set_global=False,
-        shutdown_timeout=state.otel_shutdown_timeout if state else 2.0,
         endpoint=endpoint,
         protocol=protocol,
+        name=name,
     )
-    operation_ids = otel.replay(events, tracer_provider=telemetry.tracer_provider, name=name)
-    delivered = telemetry.shutdown()
     for operation_id in operation_ids:
-        click.echo(f"replayed operation {operation_id} -> {telemetry.destination}")
-    if not delivered:
-        raise UserError(
-            f"spans were not delivered in time (destination={telemetry.destination}, "
-            f"timeout={telemetry.shutdown_timeout:g} s)"
-        )
+        click.echo(f"replayed operation {operation_id} -> {destination}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sparkrun.cli.tables import fit
+
 if TYPE_CHECKING:
     from otel.local_store import StoredSpan
 
-__all__ = ["render_waterfall", "span_tree"]
+__all__ = ["format_duration", "render_waterfall", "span_tree"]
 
 _BAR_WIDTH = 24
 
@@ -39,7 +41,8 @@ def _report_count(span: StoredSpan) -> str:
     return f"{shown}+{coalesced}" if coalesced else str(shown)
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """A duration as the waterfall and ``trace list`` show it: ms below a second, then s, then minutes."""
     if seconds < 1:
         return f"{seconds * 1000:.0f}ms"
     if seconds < 120:
@@ -64,22 +67,21 @@ def render_waterfall(spans: list[StoredSpan], *, width: int = 140) -> str:
     start = min(span.start_ns for span in spans)
     end = max(span.end_ns for span in spans)
     total = max(end - start, 1)
-    lines = [
-        f"{'span':<38} {'host':<12} {'status':<10} {'duration':>8}  {'timeline':<{_BAR_WIDTH}} {'reports':>9}  last"
-    ]
+    header = f"{'span':<38} {'host':<12} {'status':<10} {'duration':>8}  {'timeline':<{_BAR_WIDTH}} {'reports':>9}"
+    lines = [fit(header + "  last", width)]
 
     def walk(span: StoredSpan, prefix: str, last: bool, depth: int) -> None:
         branch = "" if depth == 0 else ("└─ " if last else "├─ ")
-        name = (prefix + branch + span.name)[:38]
+        name = fit(prefix + branch + span.name, 38)
         left = int((span.start_ns - start) / total * _BAR_WIDTH)
         length = max(1, int((span.end_ns - span.start_ns) / total * _BAR_WIDTH))
         bar = (" " * left + "█" * length)[:_BAR_WIDTH]
-        host = str(span.attributes.get("host.name", ""))[:12]
+        host = fit(str(span.attributes.get("host.name", "")), 12)
         line = (
-            f"{name:<38} {host:<12} {_status(span):<10} {_duration(span.duration_seconds):>8}  "
+            f"{name:<38} {host:<12} {_status(span):<10} {format_duration(span.duration_seconds):>8}  "
             f"{bar:<{_BAR_WIDTH}} {_report_count(span):>9}  {_last_message(span)}"
         )
-        lines.append(line[:width])
+        lines.append(fit(line, width))
         kids = sorted(children.get(span.span_id, []), key=lambda s: (s.start_ns, s.span_id))
         extension = "" if depth == 0 else ("   " if last else "│  ")
         for index, kid in enumerate(kids):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from sparkrun.cli.main import UserError, state_dir_option
-from sparkrun.cli.session import events_jsonl_option, operation_session
+from sparkrun.cli.options import CliState, Command, Interrupted, UserError, events_jsonl_option, state_dir_option
+from sparkrun.cli.session import operation_session
 
 __all__ = ["logs", "run", "status", "stop"]
 
@@ -24,7 +24,7 @@ def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
     return overrides
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("recipe")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Fill a command placeholder (repeatable).")
 @click.option("--port", type=click.IntRange(1, 65535), help="Port for the workload (default: the recipe's, else free).")
@@ -49,8 +49,11 @@ def run(
     from sparkrun import api
 
     overrides = _parse_sets(sets)
-    with operation_session(ctx, state_dir=state_dir, as_json=as_json, events_jsonl=events_jsonl) as sctx:
-        result = api.run(api.RunOptions(recipe=recipe, overrides=overrides, port=port, name=name), sctx=sctx)
+    try:
+        with operation_session(ctx, state_dir=state_dir, as_json=as_json, events_jsonl=events_jsonl) as sctx:
+            result = api.run(api.RunOptions(recipe=recipe, overrides=overrides, port=port, name=name), sctx=sctx)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted; the launch was undone: nothing it started is left running") from None
     if as_json:
         record = {**result.__dict__, "type": "result", "log_path": str(result.log_path)}
         click.echo(json.dumps(record))
@@ -65,7 +68,7 @@ def run(
             click.echo(f"\ndetached: {result.name} keeps running; stop it with `sparkrun stop {result.name}`", err=True)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("name", required=False)
 @click.option("--all", "stop_all", is_flag=True, help="Stop every running deployment.")
 @click.option("--grace", type=click.FloatRange(0, 300), default=5.0, show_default=True, help="Seconds before SIGKILL.")
@@ -80,20 +83,26 @@ def stop(
     events_jsonl: Path | None,
     state_dir: Path | None,
 ) -> None:
-    """Stop deployment NAME (or --all): its whole process group, gently then firmly."""
+    """Stop deployment NAME (or --all): its whole process group, gently then firmly.
+
+    Prints one line; -v also shows the events of each stop as they happen.
+    """
     from sparkrun import api
 
     if (name is None) == (not stop_all):
         raise UserError("give a deployment name or --all (not both)")
-    with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl) as sctx:
+    verbose = ctx.find_object(CliState).verbose > 0
+    with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl, live=verbose) as sctx:
         results = api.stop(name, all=stop_all, grace=grace, sctx=sctx)
     if not results:
         click.echo("nothing is running")
-    for result in results:
-        click.echo(f"stopped {result.name} ({result.outcome})")
+    elif len(results) == 1:
+        click.echo(f"stopped {results[0].name} ({results[0].outcome})")
+    else:
+        click.echo(f"stopped {len(results)} deployments: " + ", ".join(f"{r.name} ({r.outcome})" for r in results))
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--json", "as_json", is_flag=True, help="Print deployments as JSON.")
 @events_jsonl_option
 @state_dir_option
@@ -101,6 +110,7 @@ def stop(
 def status(ctx: click.Context, as_json: bool, events_jsonl: Path | None, state_dir: Path | None) -> None:
     """Show recorded deployments and whether they are running."""
     from sparkrun import api
+    from sparkrun.cli.tables import render_table
 
     with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl, live=False, traced=False) as sctx:
         deployments = api.status(sctx=sctx)
@@ -111,14 +121,21 @@ def status(ctx: click.Context, as_json: bool, events_jsonl: Path | None, state_d
     if not deployments:
         click.echo("no deployments")
         return
-    click.echo(f"{'name':<20} {'state':<8} {'pid':>7} {'url':<26} {'started':<19} recipe")
-    for d in deployments:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.started_at))
-        pid = ",".join(str(p) for p in d.pids)
-        click.echo(f"{d.name:<20} {d.state:<8} {pid:>7} {d.url:<26} {started:<19} {d.recipe}")
+    rows = [
+        [
+            d.name,
+            d.state,
+            ",".join(str(p) for p in d.pids),
+            d.url,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.started_at)),
+            d.recipe,
+        ]
+        for d in deployments
+    ]
+    click.echo(render_table(["name", "state", "pid", "url", "started", "recipe"], rows, right=(2,), flexible=0))
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines while the workload runs.")
 @click.option("--tail", type=click.IntRange(min=0), help="Start with only the last N lines.")
@@ -128,7 +145,7 @@ def status(ctx: click.Context, as_json: bool, events_jsonl: Path | None, state_d
 def logs(
     ctx: click.Context, name: str, follow: bool, tail: int | None, events_jsonl: Path | None, state_dir: Path | None
 ) -> None:
-    """Print the log of deployment NAME."""
+    """Print the log of deployment NAME (running, or the last run of a stopped one)."""
     from sparkrun import api
 
     with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl, live=False, traced=False) as sctx:

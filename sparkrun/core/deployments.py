@@ -21,9 +21,11 @@ from sparkrun.core.names import is_name, path_in
 from sparkrun.core.processes import ProcessIdentity
 from sparkrun.errors import DeploymentError
 
-__all__ = ["Deployment", "DeploymentStore"]
+__all__ = ["KEPT_LOGS", "Deployment", "DeploymentStore"]
 
 _log = logging.getLogger(__name__)
+#: Logs of stopped deployments kept for ``sparkrun logs``; older ones are deleted.
+KEPT_LOGS = 20
 
 
 @dataclass
@@ -102,6 +104,26 @@ class DeploymentStore:
 
     def remove(self, name: str) -> None:
         self._record(name).unlink(missing_ok=True)
+
+    def prune_logs(self, keep: int = KEPT_LOGS) -> list[Path]:
+        """Delete the logs of stopped deployments beyond the ``keep`` most recent; returns what went.
+
+        A running deployment's log is never touched; a stopped one keeps its
+        last run's log (for ``sparkrun logs``) until it is among the oldest.
+        """
+        if not self.directory.is_dir():
+            return []
+        running = {path.stem for path in self.directory.glob("*.json")}
+        stopped = [
+            path
+            for path in self.directory.glob("*.log*")
+            if path.is_file() and (path.suffix != ".log" or path.stem not in running)
+        ]
+        stopped.sort(key=lambda path: path.stat().st_mtime, reverse=True)
+        doomed = [path for index, path in enumerate(stopped) if index >= keep or path.suffix != ".log"]
+        for path in doomed:
+            path.unlink(missing_ok=True)
+        return doomed
 
     def all(self) -> list[Deployment]:
         """Every readable record; files that are not a deployment's are skipped with a warning."""

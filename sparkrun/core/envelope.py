@@ -52,7 +52,7 @@ LEVELS: dict[str, int] = {"debug": 10, "info": 20, "progress": 25, "warning": 30
 STATUSES = ("running", "succeeded", "failed", "skipped")
 TOTAL_KINDS = ("exact", "upper_bound", "unknown")
 COUNTER_FIELDS = ("current", "total")
-_FIELD_NAMES = ("stage", "status", "current", "total", "total_kind", "unit", "metrics")
+_FIELD_NAMES = ("host", "stage", "status", "current", "total", "total_kind", "unit", "metrics")
 
 
 def _bad_length(field: str, length: int, limit: int) -> ValueError:
@@ -177,8 +177,10 @@ def _check_metrics(value: Any) -> dict[str, Any]:
 def apply_fields(event: dict[str, Any], fields: dict[str, Any]) -> None:
     """Validate the optional activity and counter ``fields`` into ``event``.
 
-    ``None`` means "not given". ``total_kind`` defaults to ``exact`` when a
-    total is given and is ``unknown`` for counters without one.
+    ``None`` means "not given". A total needs ``total_kind`` (``exact`` or
+    ``upper_bound``: only the caller knows whether a percentage is honest);
+    counters without a total are ``unknown``. ``host`` is a per-report host
+    that overrides the reporter's.
     """
     total_kind = None
     for name, value in fields.items():
@@ -186,7 +188,7 @@ def apply_fields(event: dict[str, Any], fields: dict[str, Any]) -> None:
             continue
         if name == "current" or name == "total":
             event[name] = _check_counter(name, value)
-        elif name == "stage" or name == "unit":
+        elif name == "stage" or name == "unit" or name == "host":
             event[name] = check_text(name, value)
         elif name == "status":
             event[name] = _check_enum(name, value, STATUSES)
@@ -197,10 +199,10 @@ def apply_fields(event: dict[str, Any], fields: dict[str, Any]) -> None:
         else:
             raise ValueError(f"{name} is not a feedback field; expected one of {', '.join(_FIELD_NAMES)}")
     if "total" in event:
-        if total_kind is None:
-            total_kind = "exact"
-        elif total_kind == "unknown":
-            raise ValueError("total_kind is 'unknown' but a total is given; use 'exact' or 'upper_bound'")
+        if total_kind is None or total_kind == "unknown":
+            raise ValueError(
+                f"total_kind must be exact or upper_bound when total is present (total_kind={total_kind!r})"
+            )
         event["total_kind"] = total_kind
     elif total_kind is not None and total_kind != "unknown":
         raise ValueError(f"total_kind is {total_kind!r} but no total is given; it must be 'unknown' without a total")

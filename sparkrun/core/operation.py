@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar
 
 from sparkrun.core import log_bridge
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sparkrun.core.context import SparkrunContext
 
 __all__ = [
+    "DEFAULT_OPERATION_NAME",
     "Operation",
     "OperationInfo",
     "OperationObserver",
@@ -50,6 +51,8 @@ _log = logging.getLogger(__name__)
 Outcome = Literal["succeeded", "failed", "cancelled"]
 Subscriber = Callable[[dict[str, Any]], Any]
 OBSERVER_ENTRY_POINT_GROUP = "sparkrun.observers"
+#: The name of an operation opened without one (its root span is ``sparkrun.pipeline``).
+DEFAULT_OPERATION_NAME = "pipeline"
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -72,6 +75,8 @@ class OperationInfo:
     operation_id: str
     name: str
     started_at: float
+    #: Set in the info given to ``operation_finished``: when the operation ended (Unix seconds).
+    finished_at: float | None = None
 
 
 class OperationObserver(Protocol):
@@ -227,6 +232,7 @@ class Operation:
 
     def _finish(self, outcome: Outcome, error: BaseException | None) -> None:
         self.outcome, self.error = outcome, error
+        self.info = replace(self.info, finished_at=time.time())
         observed = self.redactor.error(error) if self.redactor else error
         self._notify(lambda observer: observer.operation_finished(self.info, outcome, observed))
 
@@ -262,14 +268,15 @@ def _outcome_of(error: BaseException) -> Outcome:
 def operation_scope(
     sctx: SparkrunContext | None = None,
     *,
-    name: str,
+    name: str = DEFAULT_OPERATION_NAME,
     observers: Iterable[OperationObserver] = (),
     operation_id: str | None = None,
 ) -> Iterator[Operation]:
     """Run the enclosed block as one operation and record its outcome.
 
     This is the boundary every API call uses; custom pipelines and tests use
-    it too. Inside an operation of the same context the scope joins the
+    it too (``operation_scope(sctx)`` names the operation ``pipeline``).
+    Inside an operation of the same context the scope joins the
     running operation instead of nesting a new one, so a pipeline that wraps
     several API calls reports as one operation. Events go to ``sctx.events``
     and to the observers of the scope, of ``sctx.observers`` and of the

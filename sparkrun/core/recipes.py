@@ -146,6 +146,24 @@ def _text(where: _Located, data: Mapping[str, Any], key: str, *, required: bool 
     return value
 
 
+#: Where the value of each built-in placeholder comes from, for a recipe that tries to set it in ``defaults``.
+_BUILTIN_SOURCES = {
+    "name": "the deployment name: the recipe's name field, or --name",
+    "host": "the address the workload binds on its host, which sparkrun fills",
+    "port": "the listening port: the recipe's port field, or --port",
+    "python": "the Python that runs sparkrun; use a placeholder of your own for another interpreter",
+    "recipe_dir": "the recipe's folder, which sparkrun fills",
+}
+
+
+def _defaults(where: _Located, data: Mapping[str, Any]) -> dict[str, Any]:
+    defaults = _mapping(where, data, "defaults")
+    for key in defaults:
+        if key in _BUILTIN_SOURCES:
+            raise where.error(f"defaults.{key}", f"defaults.{key} cannot be set: {{{key}}} is {_BUILTIN_SOURCES[key]}")
+    return defaults
+
+
 def _mapping(where: _Located, data: Mapping[str, Any], key: str) -> dict[str, Any]:
     value = data.get(key) or {}
     if not isinstance(value, dict):
@@ -224,7 +242,7 @@ def load_recipe(path: Path | str) -> Recipe:
         path=path.resolve(),
         runtime=runtime,
         description=_text(where, data, "description") or "",
-        defaults=_mapping(where, data, "defaults"),
+        defaults=_defaults(where, data),
         env={key: str(value) for key, value in _mapping(where, data, "env").items()},
         hosts=_hosts(where, data),
         port=_port(where, data.get("port"), "port"),
@@ -249,26 +267,40 @@ def recipe_dirs(config_values: Mapping[str, Any], config_dir: Path | None) -> li
     return list(dict.fromkeys(dirs))  # the same directory once, first position kept
 
 
-def _names_in(directories: Sequence[Path]) -> dict[str, Path]:
-    found: dict[str, Path] = {}
+def _files_in(directories: Sequence[Path]) -> list[Path]:
+    found: list[Path] = []
     for directory in directories:
         if directory.is_dir():
-            for candidate in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-                found.setdefault(candidate.stem, candidate)
+            found.extend(sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]))
     return found
 
 
 def find_recipe(reference: str, directories: Sequence[Path]) -> Recipe:
-    """A recipe by path (anything with a slash or a YAML suffix) or by name."""
+    """A recipe by path (anything with a slash or a YAML suffix) or by name.
+
+    A name is a file's name without its suffix, else the ``name`` field of a
+    recipe in the directories (read only when no file name matches; recipes
+    that cannot be read are passed over here and reported when named).
+    """
     as_path = Path(reference).expanduser()
     if "/" in reference or as_path.suffix in (".yaml", ".yml"):
         if not as_path.exists():
             raise RecipeError(f"no recipe file at this path (recipe={reference})")
         return load_recipe(as_path)
-    known = _names_in(directories)
-    if reference in known:
-        return load_recipe(known[reference])
-    close = difflib.get_close_matches(reference, list(known), n=3)
+    files = _files_in(directories)
+    by_stem = {path.stem: path for path in reversed(files)}  # the first directory wins
+    if reference in by_stem:
+        return load_recipe(by_stem[reference])
+    known = list(by_stem)
+    for path in files:
+        try:
+            recipe = load_recipe(path)
+        except RecipeError:
+            continue
+        if recipe.name == reference:
+            return recipe
+        known.append(recipe.name)
+    close = difflib.get_close_matches(reference, list(dict.fromkeys(known)), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     searched = ", ".join(str(d) for d in directories)
     raise RecipeError(f"unknown recipe (recipe={reference!r}, searched {searched}){hint}")

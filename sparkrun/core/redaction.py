@@ -5,7 +5,7 @@ metric. :class:`Redactor` replaces each known secret with ``[redacted]``: in
 event and result values (:meth:`Redactor.value`), in text, in a byte stream cut
 into arbitrary chunks (:class:`StreamRedactor`, so a secret split across reads
 or holding a newline is still caught), and in an operation's outcome
-(:meth:`Redactor.error`, which gives observers a :class:`RedactedError`
+(:meth:`Redactor.error`, which gives observers a :class:`ReportedError`
 instead of the exception itself). Besides the secret itself, its JSON-escaped
 and ``repr`` forms are replaced, since a plugin may print it that way.
 """
@@ -17,32 +17,11 @@ import threading
 import traceback
 from typing import Any
 
-__all__ = ["REDACTED", "RedactedError", "Redactor", "StreamRedactor", "error_type_name"]
+from sparkrun.errors import ReportedError, error_type_name
+
+__all__ = ["REDACTED", "Redactor", "StreamRedactor"]
 
 REDACTED = "[redacted]"
-
-
-def error_type_name(error: BaseException) -> str:
-    """``module.QualName`` of an exception's type (builtins without a module), as traces show it."""
-    if isinstance(error, RedactedError):
-        return error.type_name
-    kind = type(error)
-    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-
-
-class RedactedError(Exception):
-    """What observers get instead of an exception once an operation knows a secret.
-
-    It keeps what a trace needs (type name, message, formatted traceback),
-    each with the secrets replaced, and holds no reference to the original,
-    its frames or its chained exceptions.
-    """
-
-    def __init__(self, type_name: str, message: str, stacktrace: str) -> None:
-        super().__init__(message)
-        self.type_name = type_name
-        self.message = message
-        self.stacktrace = stacktrace
 
 
 class Redactor:
@@ -88,7 +67,7 @@ class Redactor:
         return value
 
     def error(self, error: BaseException | None) -> BaseException | None:
-        """The exception to show observers: itself without secrets, else a :class:`RedactedError`."""
+        """The exception to show observers: itself without secrets, else a :class:`ReportedError`."""
         if error is None or not self._patterns:
             return error
         try:
@@ -99,7 +78,7 @@ class Redactor:
             message = str(error)
         except Exception:
             message = ""
-        return RedactedError(self.text(error_type_name(error)), self.text(message), self.text(stacktrace))
+        return ReportedError(self.text(error_type_name(error)), self.text(message), self.text(stacktrace))
 
 
 class StreamRedactor:

@@ -108,8 +108,11 @@ def _job_id(request: Request) -> str:
     return job_id
 
 
-def _cursor(request: Request) -> int:
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+def _cursor(request: Request) -> int | None:
+    """The client's cursor (``Last-Event-ID``, else ``?after``), or None when it gave none."""
+    raw = request.headers.get("last-event-id") or request.query_params.get("after")
+    if raw is None:
+        return None
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
         raise ValueError(f"the cursor must be a non-negative integer (after={raw[:40]!r})")
     return int(raw)
@@ -239,12 +242,16 @@ async def events(request: Request) -> Response:
     job_id = _job_id(request)
     cursor = _cursor(request)
     follow = _flag(request, "follow", True)
-    try:
-        await manager.read(manager.journal.read, job_id, after=cursor, limit=1)
-    except CursorExpired as error:
-        return _error(410, "the cursor has expired", first_retained=error.first_retained, after=cursor)
+    if cursor is None:  # "from the oldest retained event": a trimmed start is an in-band gap, never a 410
+        if await manager.read(manager.journal.job, job_id) is None:
+            raise UnknownJob(job_id)
+    else:
+        try:
+            await manager.read(manager.journal.read, job_id, after=cursor, limit=1)
+        except CursorExpired as error:
+            return _error(410, "the cursor has expired", first_retained=error.first_retained, after=cursor)
     stream = event_stream(
-        manager, job_id, cursor, follow=follow, batch=settings.replay_batch, keepalive=settings.keepalive_seconds
+        manager, job_id, cursor or 0, follow=follow, batch=settings.replay_batch, keepalive=settings.keepalive_seconds
     )
     return _counted(request, stream)
 

@@ -115,18 +115,15 @@ class DaemonClient:
     def answer(self, job_id: str, prompt_id: str, value: Any) -> None:
         self._call("POST", f"/v1/jobs/{job_id}/prompts/{prompt_id}", json={"answer": value})
 
-    def events(self, job_id: str, *, after: int | None = 0, follow: bool = True) -> Iterator[StreamEvent]:
+    def events(self, job_id: str, *, after: int | None = None, follow: bool = True) -> Iterator[StreamEvent]:
         """The job's event stream after ``after``; ends after the ``end`` event (or at once without follow).
 
-        ``after=None`` means "from the oldest retained event", whatever was trimmed.
+        ``after=None`` means "from the oldest retained event": if older ones were trimmed, a ``gap`` event
+        comes first. An explicit cursor older than what the journal retains raises :class:`StreamExpired`.
         """
-        if after is None:
-            try:
-                yield from self.events(job_id, after=0, follow=follow)
-            except StreamExpired as expired:
-                yield from self.events(job_id, after=expired.first_retained - 1, follow=follow)
-            return
-        params = {"after": after, "follow": "true" if follow else "false"}
+        params = {"follow": "true" if follow else "false"}
+        if after is not None:
+            params["after"] = str(after)
         with self._http.stream("GET", f"/v1/jobs/{job_id}/events", params=params, timeout=None) as response:
             if response.status_code >= 400:
                 response.read()

@@ -67,6 +67,7 @@ class _Job:
     prompts: dict[str, dict[str, Any]] = field(default_factory=dict)
     cancelled: bool = False
     outcome: tuple[str, Any] | None = None  # ("result", value) or ("error", {...})
+    timing: dict[str, float] = field(default_factory=dict)  # the operation's own start and end, from its worker
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -204,6 +205,7 @@ class JobManager:
                 self._ask(job_id, entry, message.get("prompt"))
             elif kind in ("result", "error"):
                 entry.outcome = (kind, self._outcome_value(kind, entry.redactor.value(message.get(kind))))
+                entry.timing = _timing(message.get("operation"))
         if events:
             self._append(job_id, events)
 
@@ -234,11 +236,11 @@ class JobManager:
 
     def _conclude(self, job_id: str, entry: _Job, code: int) -> None:
         if entry.cancelled:
-            self._finish(job_id, "cancelled", error=_error("Cancelled", "cancelled by request"))
+            self._finish(job_id, "cancelled", error=_error("Cancelled", "cancelled by request"), **entry.timing)
         elif entry.outcome and entry.outcome[0] == "result":
-            self._finish(job_id, "succeeded", result=entry.outcome[1])
+            self._finish(job_id, "succeeded", result=entry.outcome[1], **entry.timing)
         elif entry.outcome:
-            self._finish(job_id, "failed", error=entry.outcome[1])
+            self._finish(job_id, "failed", error=entry.outcome[1], **entry.timing)
         else:
             message = f"the worker exited with code {code} before reporting an outcome"
             self._finish(job_id, "failed", error=_error("WorkerExited", message))
@@ -351,3 +353,13 @@ class JobManager:
 
 def _cancelled(message: str = "cancelled by request") -> dict[str, str]:
     return _error("Cancelled", message)
+
+
+def _timing(value: Any) -> dict[str, float]:
+    """The journal columns for the operation times a worker reported; nothing if they are not two numbers."""
+    if not isinstance(value, dict):
+        return {}
+    started, finished = value.get("started_at"), value.get("finished_at")
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (started, finished)):
+        return {}
+    return {"operation_started_at": float(started), "operation_finished_at": float(finished)}

@@ -40,10 +40,20 @@ __all__ = [
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "lost")
 STATES = ("queued", "running", "waiting_input", *TERMINAL_STATES)
 
-_UPDATABLE = ("state", "started_at", "finished_at", "result", "error", "worker_pid", "worker")
+_UPDATABLE = (
+    "state",
+    "started_at",
+    "finished_at",
+    "result",
+    "error",
+    "worker_pid",
+    "worker",
+    "operation_started_at",
+    "operation_finished_at",
+)
 _JSON_COLUMNS = ("arguments", "result", "error", "worker")
 #: Columns added since the first release, with their types (a journal created earlier gains them at open).
-_ADDED_COLUMNS = {"worker": "JSON"}
+_ADDED_COLUMNS = {"worker": "JSON", "operation_started_at": "REAL", "operation_finished_at": "REAL"}
 #: What a job listing shows: no arguments or result, which may each be large.
 LISTED_FIELDS = (
     "job_id",
@@ -63,7 +73,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, operation TEXT NOT NULL, arguments JSON NOT NULL,
     operation_id TEXT NOT NULL, state TEXT NOT NULL, created_at REAL NOT NULL,
-    started_at REAL, finished_at REAL, result JSON, error JSON, worker_pid INTEGER, worker JSON
+    started_at REAL, finished_at REAL, result JSON, error JSON, worker_pid INTEGER, worker JSON,
+    operation_started_at REAL, operation_finished_at REAL
 );
 CREATE TABLE IF NOT EXISTS events (
     job_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
@@ -132,6 +143,9 @@ class JobRecord:
     last_seq: int
     #: The worker's :class:`~sparkrun.core.processes.ProcessIdentity`, as recorded at spawn.
     worker: dict | None = None
+    #: When the job's operation itself began and ended in its worker (its trace's root span), if it ran.
+    operation_started_at: float | None = None
+    operation_finished_at: float | None = None
 
     def to_json(self) -> dict:
         """All fields but the worker's identity as a JSON-ready dict (the API's job representation)."""

@@ -116,25 +116,33 @@ def _start_telemetry(state_dir: Any) -> Any:
     return telemetry
 
 
-def _result_line(result: Any, redactor: Redactor) -> str:
+def _result_line(result: Any, redactor: Redactor, timing: dict[str, float]) -> str:
     """The ``result`` message as strict JSON within the size limit, else an ``error`` message saying why."""
     try:
         plain = json.loads(json.dumps(result, default=str))
-        line = strict_json.dumps({"kind": "result", "result": strict_json.made_safe(redactor.value(plain), "result")})
+        safe = strict_json.made_safe(redactor.value(plain), "result")
+        line = strict_json.dumps({"kind": "result", "result": safe, "operation": timing})
     except (ValueError, TypeError, RecursionError) as error:
-        return _error_line("ResultError", f"the job's result is not strict JSON: {error}", redactor)
+        return _error_line("ResultError", f"the job's result is not strict JSON: {error}", redactor, timing)
     if len(line) > MAX_RESULT_BYTES:
         message = f"the job's result is too large (bytes={len(line)}, limit={MAX_RESULT_BYTES})"
-        return _error_line("ResultTooLarge", message, redactor)
+        return _error_line("ResultTooLarge", message, redactor, timing)
     return line
 
 
-def _error_line(type_name: str, message: str, redactor: Redactor) -> str:
+def _error_line(type_name: str, message: str, redactor: Redactor, timing: dict[str, float] | None = None) -> str:
     text = redactor.text(message)
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 1] + "…"
     error = strict_json.made_safe({"type": redactor.text(type_name), "message": text})
-    return strict_json.dumps({"kind": "error", "error": error})
+    return strict_json.dumps({"kind": "error", "error": error, "operation": timing})
+
+
+def _timing(operation: Any) -> dict[str, float] | None:
+    """When the job's operation began and ended (its root span), for a later replay of its trace."""
+    if operation is None or operation.info.finished_at is None:
+        return None
+    return {"started_at": operation.info.started_at, "finished_at": operation.info.finished_at}
 
 
 def _describe(error: BaseException) -> tuple[str, str]:
@@ -152,7 +160,7 @@ def run_job(spec: dict[str, Any], channel: _Channel, answers: IO[str]) -> None:
 
     redactor = Redactor()
     _configure_logging(redactor)
-    telemetry = None
+    telemetry = operation = None
     try:
         load_plugins(spec.get("plugins") or [])
         operation_def = find_operation(spec["operation"])
@@ -162,9 +170,9 @@ def run_job(spec: dict[str, Any], channel: _Channel, answers: IO[str]) -> None:
             operation.redactor = redactor
             bind_process_default(operation)
             result = operation_def.run(sctx, spec.get("arguments") or {}, _WorkerPrompter(channel, answers, redactor))
-        channel.send_line(_result_line(result, redactor))
+        channel.send_line(_result_line(result, redactor, _timing(operation)))
     except BaseException as error:  # the job's failure is its outcome, reported, not raised further
-        channel.send_line(_error_line(*_describe(error), redactor))
+        channel.send_line(_error_line(*_describe(error), redactor, _timing(operation)))
     finally:
         bind_process_default(None)
         if telemetry is not None:

@@ -13,6 +13,8 @@ SCHEMA_NAMES = {
     "feedback": "feedback-event.schema.json",
     "log": "log-event.schema.json",
     "progress": "progress-event.schema.json",
+    "benchmark": "benchmark-event.schema.json",
+    "setup": "setup-event.schema.json",
 }
 
 

@@ -107,7 +107,7 @@ def _leak(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
     prompter.confirm(f"Log in to the registry with token {secret}?")
     feedback.progress(f"logging in with {secret}", stage=f"login-{secret}", metrics={secret: secret, "n": 1})
     feedback.child(source=f"test.leak.{secret}", host=f"host-{secret}").progress(
-        f"child sees {secret}", status="succeeded", current=1, total=1, unit=f"u{secret}"
+        f"child sees {secret}", status="succeeded", current=1, total=1, total_kind="exact", unit=f"u{secret}"
     )
     logging.getLogger("test.leak.legacy").warning("legacy plugin echoes %s", secret)
     try:
@@ -167,3 +167,17 @@ register_operation(
         "stderr_flood", _stderr_flood, {"kib": Param(int), "then_sleep": Param(float)}, "Endless-line stderr."
     )
 )
+
+
+def _legacy_events(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
+    """Emits the event types that predate the feedback envelope, as an older plugin would."""
+    from sparkrun.core.legacy_events import benchmark_event, setup_event
+
+    setup_event("Preparing the host", source="setup.host", step="drivers", status="running")
+    benchmark_event("schedule_started", "bench_0123456789ab", "2 tasks scheduled", total_tasks=2, title="demo")
+    benchmark_event("task_end", "bench_0123456789ab", "task 0 done", index=0, success=True, duration_s=0.5)
+    get_feedback("test.legacy").progress("a feedback report between them", status="succeeded")
+    return {"ok": True}
+
+
+register_operation(DaemonOperation("legacy_events", _legacy_events, {}, "Emit benchmark and setup events."))

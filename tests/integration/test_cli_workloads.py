@@ -334,9 +334,13 @@ def test_ctrl_c_during_readiness_leaves_no_unrecorded_workload(sparkrun):
     try:
         _wait_for(launching.stdout, r"waiting for port \d+")
         launching.process.send_signal(signal.SIGINT)
-        assert launching.finish() != 0
+        assert launching.finish() == 130
+        # One line says what happened and what was cleaned up; nothing else is printed after Ctrl+C.
+        assert launching.stderr == ["error: interrupted; the launch was undone: nothing it started is left running"]
+        assert not [line for line in launching.stdout if "failed" in line or "Interrupt" in line]
         recorded = json.loads(sparkrun("status", "--json").stdout)
         assert (start_ticks(pid) == ticks) == any(pid in deployment["pids"] for deployment in recorded)
+        assert start_ticks(pid) != ticks  # and the workload it had started is gone
     finally:
         if start_ticks(pid) == ticks:
             os.killpg(pid, signal.SIGKILL)

@@ -76,20 +76,35 @@ def test_cli_status_counts_jobs_by_state(daemon):
     daemon.wait_state(daemon.submit("fail")["job_id"])
     completed = daemon.run_cli("daemon", "status")
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout == f"daemon at {daemon.url}: failed 1, succeeded 1\n"
+    assert completed.stdout == f"daemon at {daemon.url} (pid {daemon.process.pid}): failed 1, succeeded 1\n"
 
 
-def test_cli_status_without_a_daemon_exits_1(tmp_path):
+@pytest.mark.parametrize("as_json", [False, True])
+def test_cli_status_without_a_daemon_exits_3(tmp_path, as_json):
+    state = tmp_path / "state"
     completed = subprocess.run(
-        [sys.executable, "-m", "sparkrun", "daemon", "status", "--state-dir", str(tmp_path / "state")],
+        [sys.executable, "-m", "sparkrun", "daemon", "status", "--state-dir", str(state), *(["--json"] * as_json)],
         cwd=ROOT,
         env=daemon_environment(),
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert completed.returncode == 1
-    assert completed.stderr.startswith("error: no daemon runs for this state directory")
+    assert (completed.returncode, completed.stderr) == (3, "")
+    expected = '{"running": false}' if as_json else f"the daemon is not running (state_dir={state})"
+    assert completed.stdout == expected + "\n"
+
+
+def test_cli_status_json_of_a_running_daemon(daemon):
+    daemon.wait_state(daemon.submit("burst", count=2)["job_id"])
+    completed = daemon.run_cli("daemon", "status", "--json")
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout) == {
+        "running": True,
+        "url": daemon.url,
+        "pid": daemon.process.pid,
+        "jobs": {"succeeded": 1},
+    }
 
 
 def test_cli_call_ask_wait_answers_prompts_from_stdin(daemon):
@@ -157,7 +172,7 @@ def test_cli_start_status_stop_and_start_again(tmp_path):
             info = json.loads(daemon.info_path.read_text())
             assert started.stdout == f"daemon started at {info['url']} (pid {info['pid']})\n"
             status = daemon.run_cli("daemon", "status")
-            assert status.stdout == f"daemon at {info['url']}: no jobs\n"
+            assert status.stdout == f"daemon at {info['url']} (pid {info['pid']}): no jobs\n"
             stopped = daemon.run_cli("daemon", "stop")
             assert stopped.returncode == 0 and stopped.stdout == f"daemon stopped (pid {info['pid']})\n"
             wait_for(lambda: not process_alive(info["pid"]), timeout=15, what="the daemon to exit")  # noqa: B023

@@ -21,7 +21,9 @@ from tests.integration.daemon_harness import ROOT, daemon_environment
 pytestmark = pytest.mark.integration
 
 
-KNOWN_OPERATIONS = "ask, burst, fail, leak, legacy, logs, relay, result, run, sleep, status, stderr_flood, stop"
+KNOWN_OPERATIONS = (
+    "ask, burst, fail, leak, legacy, legacy_events, logs, relay, result, run, sleep, status, stderr_flood, stop"
+)
 UNKNOWN_JOB = "0123456789abcdef0123456789abcdef"
 
 

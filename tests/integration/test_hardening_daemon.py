@@ -77,7 +77,9 @@ def test_a_half_sent_body_is_408(start_daemon):
             + f"Authorization: Bearer {daemon.token}\r\n\r\n".encode()
             + b'{"operation":'
         )
-        answer = sock.recv(65536)
+        answer = b""
+        while chunk := sock.recv(65536):  # the server closes the connection after its answer
+            answer += chunk
     finally:
         sock.close()
     assert answer.startswith(b"HTTP/1.1 408")

@@ -115,22 +115,21 @@ def test_closed_endpoint_does_not_slow_or_fail_the_operation(tmp_path):
     assert stop_elapsed < 3 and delivered is False
 
 
-def test_cli_exit_is_bounded_when_the_collector_is_unreachable(tmp_path):
-    env = _clean_env(
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{_closed_port()}", SPARKRUN_OTEL_SHUTDOWN_TIMEOUT="1"
-    )
-    started = time.monotonic()
+@pytest.mark.parametrize("quiet", [[], ["-q"]])
+def test_a_collector_that_is_down_costs_one_line_naming_it(tmp_path, quiet):
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    env = _clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, SPARKRUN_OTEL_SHUTDOWN_TIMEOUT="1")
     result = subprocess.run(
-        [str(BIN / "sparkrun"), "doctor", "--state-dir", str(tmp_path)],
+        [str(BIN / "sparkrun"), "doctor", "--state-dir", str(tmp_path), *quiet],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    elapsed = time.monotonic() - started
     assert result.returncode == 1  # the telemetry check itself reports the refused connection
-    assert "telemetry/failed" in result.stdout and "ConnectionRefusedError" in result.stdout
-    assert elapsed < 10, f"exit took {elapsed:.1f}s"
+    assert f"telemetry  failed  cannot reach the OTLP endpoint {endpoint} (Connection refused)" in result.stdout
+    (warning,) = result.stderr.splitlines()
+    assert warning.startswith(f"warning: traces were not delivered to otlp http/protobuf {endpoint} (")
 
 
 def test_opentelemetry_instrument_enables_the_instrumentor(tmp_path):

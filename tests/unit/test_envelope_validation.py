@@ -151,8 +151,13 @@ def test_counter_must_be_a_number(feedback):
 
 
 def test_total_with_unknown_kind(feedback):
-    with _raises("total_kind is 'unknown' but a total is given; use 'exact' or 'upper_bound'"):
+    with _exactly("total_kind must be exact or upper_bound when total is present (total_kind='unknown')"):
         feedback.progress("x", current=1, total=10, total_kind="unknown")
+
+
+def test_total_without_a_kind_is_refused_so_no_percentage_is_invented(feedback):
+    with _exactly("total_kind must be exact or upper_bound when total is present (total_kind=None)"):
+        feedback.progress("x", current=1, total=10)
 
 
 @pytest.mark.parametrize("kind", ["exact", "upper_bound"])
@@ -177,7 +182,7 @@ def test_unknown_total_kind(feedback):
 
 
 def test_unknown_field(feedback):
-    with _raises("colour is not a feedback field; expected one of stage, status, current"):
+    with _raises("colour is not a feedback field; expected one of host, stage, status, current"):
         feedback.progress("x", colour="red")
 
 
@@ -217,7 +222,8 @@ def test_heartbeat_interval_bounds_are_accepted(feedback, interval):
 
 @pytest.mark.parametrize("field", ["current", "total"])
 def test_integer_counters_fit_int64(feedback, field):
-    assert feedback.progress("ok", **{field: INT64_MAX})[field] == INT64_MAX
+    kind = {"total_kind": "exact"} if field == "total" else {}
+    assert feedback.progress("ok", **{field: INT64_MAX}, **kind)[field] == INT64_MAX
     with _exactly(f"{field} is {INT64_MAX + 1}; integer counters must be at most 9223372036854775807 (int64)"):
         feedback.progress("x", **{field: INT64_MAX + 1})
 

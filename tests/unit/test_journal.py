@@ -358,6 +358,7 @@ def test_to_json_round_trips(journal):
     assert set(data) == {
         "job_id", "operation", "arguments", "operation_id", "state", "created_at", "started_at",
         "finished_at", "result", "error", "worker_pid", "first_retained", "last_seq",
+        "operation_started_at", "operation_finished_at",
     }  # fmt: skip
 
 

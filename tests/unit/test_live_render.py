@@ -236,3 +236,88 @@ def test_fan_out_calls_subscribers_in_order_and_skips_none():
 
 def test_fan_out_of_nothing_accepts_events():
     fan_out(None)({"type": "log"})
+
+
+def _lines_for(events_into, produce, **options) -> list[str]:
+    out = io.StringIO()
+    with LiveRenderer(out, **options) as render:
+        events_into(render, produce)
+    return out.getvalue().splitlines()
+
+
+def _details(sctx, operation) -> None:
+    feedback = get_feedback("plug")
+    feedback.progress("normal progress")
+    feedback.report("an info detail", level="info")
+    feedback.report("a debug detail", level="debug")
+    feedback.warning("a warning")
+    feedback.error("an error")
+
+
+@pytest.mark.parametrize(
+    ("options", "shown"),
+    [
+        ({}, ["normal progress", "a warning", "an error"]),
+        ({"verbose": 1}, ["normal progress", "an info detail", "a warning", "an error"]),
+        ({"verbose": 2}, ["normal progress", "an info detail", "a debug detail", "a warning", "an error"]),
+        ({"quiet": True}, ["a warning", "an error"]),
+    ],
+    ids=["default", "-v", "-vv", "-q"],
+)
+def test_info_and_debug_reports_only_with_verbose(events_into, options, shown):
+    lines = _lines_for(events_into, _details, **options)
+    assert len(lines) == len(shown) and all(line.endswith(text) for line, text in zip(lines, shown, strict=True))
+
+
+def _failing_launch(sctx, operation) -> None:
+    tracker = LaunchPhaseTracker(operation)
+    feedback = get_feedback("sparkrun.launch")
+    with pytest.raises(RuntimeError), tracker.phase("prepare"):
+        raise RuntimeError("port 80 is already in use")
+    feedback.error("port 80 is already in use", status="failed")
+    feedback.child(host="spark-2").error("host spark-2 is unreachable", status="failed")
+
+
+def _rendered_failure(**close) -> str:
+    """What the renderer prints of a failing launch, closed with ``close`` (an error text, or interrupted)."""
+    out = io.StringIO()
+    render = LiveRenderer(out)
+    with operation_scope(initialize(events=render), name="run") as operation:
+        _failing_launch(None, operation)
+    render.close(**close)
+    return out.getvalue()
+
+
+def test_the_operations_own_failure_is_said_once_by_the_error_line():
+    assert _rendered_failure(error="port 80 is already in use").splitlines() == [
+        "[1/6] Prepare: started",
+        "error    sparkrun.launch@spark-2 failed              host spark-2 is unreachable",
+        "[1/6] Prepare: failed",
+    ]
+
+
+def test_a_root_failure_that_adds_to_the_error_is_kept_and_ctrl_c_drops_them_all():
+    kept = _rendered_failure(error="something else went wrong")
+    assert "error    sparkrun.launch    failed              port 80 is already in use" in kept
+    interrupted = _rendered_failure(interrupted=True)
+    assert interrupted.splitlines() == [
+        "[1/6] Prepare: started",
+        "error    sparkrun.launch@spark-2 failed              host spark-2 is unreachable",
+    ]
+
+
+def test_bars_are_gone_before_the_last_line_on_a_terminal(events_into):
+    out = io.StringIO()
+    render = LiveRenderer(out, force_terminal=True)
+
+    def counting(sctx, operation) -> None:
+        reporter = get_feedback("plug")
+        for done in range(5):
+            reporter.progress("copying", current=done, total=5, total_kind="exact", unit="files")
+
+    render.waiting("job 1234 queued (0 s): no events yet")
+    events_into(render, counting)
+    render.close()
+    out.write("job 1234 succeeded\n")
+    screen = _visible(out.getvalue())
+    assert screen.splitlines()[-1] == "job 1234 succeeded"

@@ -66,7 +66,8 @@ def test_the_callers_own_group_is_never_signalled():
 
 def test_a_proven_leader_is_signalled(child):
     process, identity = child
-    assert signal_group(identity, signal.SIGTERM) is True
+    assert identity.matches(), (identity, start_ticks(process.pid), os.getpgid(process.pid))
+    assert signal_group(identity, signal.SIGTERM) is True, (identity, os.getpgid(process.pid), os.getpgrp())
     assert process.wait(timeout=10) == -signal.SIGTERM
 
 

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkrun.core.operation import OperationObserver, operation_scope
-from sparkrun.core.redaction import REDACTED, RedactedError, Redactor, StreamRedactor, error_type_name
+from sparkrun.core.redaction import REDACTED, Redactor, StreamRedactor
+from sparkrun.errors import ReportedError, error_type_name
 from sparkrun.feedback import get_feedback
 
 SECRET = "s3cr3t\nwith-Ťwo-lines"
@@ -79,7 +80,7 @@ def test_the_outcome_reaches_observers_redacted_with_its_chain():
     except RuntimeError as raised:
         assert SECRET in str(raised)  # the caller keeps its own exception
     (error,) = seen
-    assert isinstance(error, RedactedError)
+    assert isinstance(error, ReportedError)
     assert (error.type_name, error.message, str(error)) == ("RuntimeError", f"outer {REDACTED}", f"outer {REDACTED}")
     assert f"ValueError: inner {REDACTED}" in error.stacktrace and SECRET not in error.stacktrace
     assert error.__cause__ is None and error.__traceback__ is None

@@ -34,7 +34,9 @@ def test_envelope_has_the_required_fields(sctx):
 
 def test_report_returns_the_delivered_envelope(sctx):
     with operation_scope(sctx, name="t"):
-        returned = feedback_module.get_feedback("plug").progress("x", stage="s", current=1, total=2, unit="files")
+        returned = feedback_module.get_feedback("plug").progress(
+            "x", stage="s", current=1, total=2, total_kind="exact", unit="files"
+        )
     (delivered,) = drain(sctx.queue)
     assert delivered is returned
     assert returned["total_kind"] == "exact"

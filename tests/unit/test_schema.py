@@ -44,7 +44,7 @@ def test_every_emitted_event_matches_its_schema(sctx):
         )
         child.warning("counter only", current=3)
         child.report("detail", level="info", status="skipped")
-        child.error("failed", status="failed", total=1, current=0)
+        child.error("failed", status="failed", total=1, total_kind="exact", current=0)
         logging.getLogger("legacy").warning("bridged")
     events = drain(sctx.queue)
     assert {e["type"] for e in events} == {"feedback", "log"}

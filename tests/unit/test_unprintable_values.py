@@ -171,7 +171,11 @@ def test_hostile_strings_break_limits_like_plain_ones(feedback):
 
 def test_number_subclasses_are_copied_to_plain_numbers(feedback):
     event = feedback.progress(
-        "x", current=HostileInt(3), total=HostileFloat(4.5), metrics={"i": HostileInt(-2), "f": HostileFloat(0.5)}
+        "x",
+        current=HostileInt(3),
+        total=HostileFloat(4.5),
+        total_kind="exact",
+        metrics={"i": HostileInt(-2), "f": HostileFloat(0.5)},
     )
     assert (type(event["current"]), type(event["total"])) == (int, float)
     assert [type(value) for value in event["metrics"].values()] == [int, float]

@@ -58,12 +58,10 @@ class ProcessExecutor:
     def start(self, argv: list[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> ProcessIdentity:
         """Start the workload detached; returns what proves later that a pid is still this workload.
 
-        A previous run's log is kept as ``<name>.log.1``, so this run's log
-        (and the tail quoted when it fails) holds only this run.
+        The log starts empty: it holds this run only (and so does the tail
+        quoted when the run fails); a previous run's log is replaced.
         """
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        if log_path.exists():
-            log_path.replace(log_path.with_name(log_path.name + ".1"))
         marker = new_marker()
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(

@@ -20,7 +20,9 @@ def _produce(sctx, count: int = 200) -> list[dict]:
         reporter = get_feedback("oci-relay").child(host="spark-1")
         returned.append(reporter.progress("start", stage="transfer", status="running", log_message=False))
         for i in range(count):
-            returned.append(reporter.progress("tick", current=i, total=count, unit="bytes", log_message=False))
+            returned.append(
+                reporter.progress("tick", current=i, total=count, total_kind="exact", unit="bytes", log_message=False)
+            )
         returned.append(reporter.warning("slow", log_message=False))
         returned.append(reporter.progress("done", status="succeeded", log_message=False))
     return returned

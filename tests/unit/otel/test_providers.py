@@ -24,8 +24,7 @@ def _clean_otel_env(monkeypatch):
 
 
 def _exporter_of(telemetry):
-    (processor,) = telemetry.tracer_provider._active_span_processor._span_processors
-    return processor.span_exporter
+    return telemetry.watch.exporter
 
 
 def test_default_is_the_local_store(tmp_path):

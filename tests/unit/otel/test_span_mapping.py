@@ -50,8 +50,10 @@ def test_activity_span_named_by_source_with_deterministic_id(captured, sctx):
         parent = get_feedback("oci-relay")
         parent.progress("planning", stage="plan")
         child = parent.child(host="spark-1")
-        child.progress("receiving", stage="transfer", current=10, total=100, unit="bytes")
-        child.progress("verifying", stage="verify", current=100, total=100, unit="bytes", status="succeeded")
+        child.progress("receiving", stage="transfer", current=10, total=100, total_kind="exact", unit="bytes")
+        child.progress(
+            "verifying", stage="verify", current=100, total=100, total_kind="exact", unit="bytes", status="succeeded"
+        )
     oid = operation.operation_id
     spans = {span.context.span_id: span for span in captured.spans()}
     child_span = spans[activity_span_id(oid, child.activity_id)]
@@ -196,13 +198,17 @@ def test_many_counter_updates_are_coalesced_within_the_event_limit(captured, sct
     updates = 100_000
     with operation_scope(sctx, name="relay"):
         reporter = get_feedback("oci-relay")
-        reporter.progress("start", stage="transfer", status="running", current=0, total=updates, log_message=False)
+        reporter.progress(
+            "start", stage="transfer", status="running", current=0, total=updates, total_kind="exact", log_message=False
+        )
         for i in range(1, updates):
-            reporter.progress("receiving", current=i, total=updates, log_message=False)
+            reporter.progress("receiving", current=i, total=updates, total_kind="exact", log_message=False)
             if i == 50_000:
                 reporter.warning("slow mirror", log_message=False)
                 reporter.progress("switching stage", stage="extract", log_message=False)
-        reporter.progress("last", current=updates, total=updates, status="succeeded", log_message=False)
+        reporter.progress(
+            "last", current=updates, total=updates, total_kind="exact", status="succeeded", log_message=False
+        )
     span = captured.span("oci-relay")
     messages = [e.attributes["message"] for e in span.events]
     assert len(span.events) <= 128 and span.dropped_events == 0
@@ -319,3 +325,42 @@ def test_a_synthesized_parent_takes_its_identity_when_it_reports(captured, sctx)
     span = captured.span("coldsnap")
     assert span.attributes["sparkrun.synthesized"] is False and span.attributes["host.name"] == "spark-9"
     assert span.attributes["sparkrun.parent_id"] == parent.parent_id
+
+
+def test_benchmark_setup_and_unknown_event_types_become_root_span_events(captured, sctx):
+    from sparkrun.core.legacy_events import benchmark_event, setup_event
+
+    with operation_scope(sctx) as operation:
+        benchmark_event("task_end", "bench_0123456789ab", "task 0 done", index=0, success=True, duration_s=1.5)
+        setup_event("Installing drivers", source="setup.drivers", step="drivers", host="spark-1")
+        operation.deliver(
+            {"type": "future-kind", "operation_id": operation.operation_id, "timestamp": 1.0, "message": "hi"}
+        )
+    root = captured.span("sparkrun.pipeline")
+    events = {event.name: dict(event.attributes) for event in root.events}
+    assert events["sparkrun.benchmark.task_end"] == {
+        "message": "task 0 done",
+        "sparkrun.source": "",
+        "sparkrun.kind": "task_end",
+        "sparkrun.benchmark_id": "bench_0123456789ab",
+        "sparkrun.index": 0,
+        "sparkrun.success": True,
+        "sparkrun.duration_s": 1.5,
+    }
+    assert events["sparkrun.setup"] == {
+        "message": "Installing drivers",
+        "sparkrun.source": "setup.drivers",
+        "sparkrun.step": "drivers",
+        "sparkrun.host": "spark-1",
+    }
+    assert events["sparkrun.future-kind"] == {"message": "hi", "sparkrun.source": ""}
+
+
+def test_a_per_report_host_is_the_reports_host(captured, sctx):
+    with operation_scope(sctx):
+        reporter = get_feedback("relay").child(host="spark-1")
+        first = reporter.progress("on the reporter's host")
+        other = reporter.progress("on another host", host="spark-2")
+    assert (first["host"], other["host"]) == ("spark-1", "spark-2")
+    (span,) = [span for span in captured.spans() if span.attributes.get("sparkrun.activity_id") == reporter.activity_id]
+    assert span.attributes["host.name"] == "spark-1"  # the activity's host; each report keeps its own
