@@ -319,3 +319,13 @@ def test_a_synthesized_parent_takes_its_identity_when_it_reports(captured, sctx)
     span = captured.span("coldsnap")
     assert span.attributes["sparkrun.synthesized"] is False and span.attributes["host.name"] == "spark-9"
     assert span.attributes["sparkrun.parent_id"] == parent.parent_id
+
+
+def test_a_child_that_opens_after_its_parent_ended_is_still_its_child(captured, sctx):
+    with operation_scope(sctx, name="relay") as operation:
+        parent = get_feedback("oci-relay")
+        parent.progress("planned", status="succeeded")  # ends the parent's span
+        parent.child(source="oci-relay.late").progress("a late sub-step", status="succeeded")
+    late = captured.span("oci-relay.late")
+    assert late.parent.span_id == activity_span_id(operation.operation_id, parent.activity_id)
+    assert late.context.trace_id == captured.span("oci-relay").context.trace_id
