@@ -25,6 +25,7 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 
 from otel.ids import ChosenIdGenerator, activity_span_id, phase_span_id, root_span_id, trace_id_of
 from otel.metrics import SparkrunMetrics
+from otel.span_events import add_event, direct_events_possible
 from sparkrun.core.envelope import MAX_TEXT_CHARS
 from sparkrun.core.operation import OperationInfo, OperationObserver, Outcome
 from sparkrun.core.redaction import RedactedError, error_type_name
@@ -152,6 +153,7 @@ class _OperationTrace:
         self._mapper = mapper
         self._limit = mapper.event_limit
         self._metrics = mapper.metrics
+        self._direct_events = mapper.direct_events  # see otel.span_events
         self.info = info
         self.trace_id = trace_id_of(info.operation_id)
         self.root = mapper._start_span(
@@ -282,7 +284,8 @@ class _OperationTrace:
 
     def _add(self, activity: _Activity, event: dict[str, Any]) -> None:
         timestamp = event["timestamp"]
-        activity.span.add_event(_feedback_event_name(event["level"]), _report_attributes(event), _ns(timestamp))
+        name, attributes = _feedback_event_name(event["level"]), _report_attributes(event)
+        add_event(activity.span, name, attributes, _ns(timestamp), direct=self._direct_events)
         activity.added += 1
         activity.last_added_at = timestamp
 
@@ -429,6 +432,7 @@ class SpanMapper(OperationObserver):
         self._provider = tracer_provider
         self._tracer = self._tracer_of(tracer_provider)
         self.event_limit = event_limit or _event_limit_of(tracer_provider)
+        self.direct_events = direct_events_possible(tracer_provider)
         self.metrics = SparkrunMetrics(meter_provider) if meter_provider is not None else None
         self._traces: dict[str, _OperationTrace] = {}
         self._lock = threading.Lock()
@@ -449,6 +453,7 @@ class SpanMapper(OperationObserver):
             if not isinstance(installed, trace.ProxyTracerProvider):
                 self._provider, self._tracer = installed, self._tracer_of(installed)
                 self.event_limit = _event_limit_of(installed)
+                self.direct_events = direct_events_possible(installed)
 
     def _start_span(
         self,
