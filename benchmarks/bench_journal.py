@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _table import Target, verdict
+
 from sparkrun.daemon.journal import Journal
 
 SIZES = (1_000, 10_000, 100_000)
@@ -122,7 +124,6 @@ def _naive_rate(directory: Path, n: int) -> float:
 
 
 def main() -> int:
-    failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sparkrun-bench-journal-") as tmp:
         directory = Path(tmp)
         _one_rate(directory, 1_000, _batched)  # warm-up: imports, page cache, statement cache
@@ -138,21 +139,22 @@ def main() -> int:
         print(f"{mode:<17}" + "".join(f"{by_size[n]:>12,.0f}" for n in SIZES) + f"{flatness:>12.2f}{note}")
     batched = rates["append_many x64"]
     flatness = batched[SIZES[-1]] / batched[SIZES[0]]
-    if min(batched.values()) < MIN_RATE:
-        failures.append(f"append_many x64: {min(batched.values()):,.0f} events/s < {MIN_RATE:,.0f}")
-    if flatness < MIN_FLATNESS:
-        failures.append(f"append_many x64: last/first {flatness:.2f} < {MIN_FLATNESS}")
     print(f"naive baseline (reopen + COUNT per append), {NAIVE_EVENTS:,} events: {naive:,.0f} events/s")
     for mode, by_size in rates.items():
         print(f"  {mode} / naive at {NAIVE_EVENTS:,} events: {by_size[SIZES[0]] / naive:,.1f}x")
     print(f"replay of {REPLAY_EVENTS:,} events via read(limit=1000): {replay:.1f} ms")
-    if replay >= MAX_REPLAY_MS:
-        failures.append(f"replay {replay:.1f} ms >= {MAX_REPLAY_MS} ms")
-
-    for failure in failures:
-        print(f"MISSED: {failure}")
-    print("FAIL" if failures else "OK: all targets met")
-    return 1 if failures else 0
+    slowest = min(batched.values())
+    return verdict(
+        [
+            Target(
+                f"append_many x64 >= {MIN_RATE:,.0f} events/s at every size",
+                f"{slowest:,.0f} events/s",
+                slowest >= MIN_RATE,
+            ),
+            Target(f"append_many x64 last/first >= {MIN_FLATNESS}", f"{flatness:.2f}", flatness >= MIN_FLATNESS),
+            Target(f"replay < {MAX_REPLAY_MS:g} ms", f"{replay:.1f} ms", replay < MAX_REPLAY_MS),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _table import print_ratios
+from _table import Target, print_ratios, verdict
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -226,8 +226,8 @@ def main() -> int:
     print(f"daemon event stream ({sys.executable} -m sparkrun daemon serve, SPARKRUN_OTEL=0)")
     print(f"{'measure':<42} {'ms':>9} {'target':>9}  result")
     for label, value, target, ok in rows:
-        verdict = "-" if target == "-" else "ok" if ok else "MISS"
-        print(f"{label:<42} {value:>9.2f} {target:>9}  {verdict}")
+        result = "-" if target == "-" else "ok" if ok else "MISS"
+        print(f"{label:<42} {value:>9.2f} {target:>9}  {result}")
     print(f"latency (ms): min {min(latencies):.2f}, p90 {_percentile(latencies, 0.9):.2f}, max {max(latencies):.2f}")
     print(f"\nreplay of {REPLAY_EVENTS:,} events against the in-run baseline (best of {REPLAY_ROUNDS})")
     print_ratios(
@@ -238,9 +238,9 @@ def main() -> int:
         "sqlite3 direct read",
     )
     print(f"\nruntime {time.monotonic() - started:.1f} s")
-    missed = [label for label, _, _, ok in rows if not ok]
-    print(f"MISS: {'; '.join(missed)}" if missed else "PASS: all targets met")
-    return 1 if missed else 0
+    return verdict(
+        [Target(f"{label} {target} ms", f"{value:.2f} ms", ok) for label, value, target, ok in rows if target != "-"]
+    )
 
 
 if __name__ == "__main__":

@@ -64,14 +64,13 @@ class SparkrunMetrics:
             "sparkrun.operations.active", unit="{operation}", description="Operations running now."
         )
 
-    def count_event(self, source: str, level: str, host: str | None = None) -> None:
+    def count_event(self, source: str, level: str, host: str | None = None, transferred: int | float = 0) -> None:
+        """Count one report, and the bytes it says were ``transferred`` since the last one (one lock per report)."""
         key = (source, level, host)
         with self._lock:
             self._events[key] += 1
-
-    def add_bytes(self, source: str, amount: int | float, host: str | None = None) -> None:
-        with self._lock:
-            self._bytes[(source, host)] += amount
+            if transferred:
+                self._bytes[(source, host)] += transferred
 
     def activity_ended(self, source: str, status: str, seconds: float, stage: str | None, coalesced: int) -> None:
         labels = {"sparkrun.source": source, "sparkrun.status": status, "sparkrun.stage": stage or "none"}

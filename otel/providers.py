@@ -68,6 +68,8 @@ class Telemetry:
     destination: str
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     watch: DeliveryWatch | None = None
+    #: The span event limit of ``tracer_provider`` (None for a no-op provider), for the instrumentor.
+    event_limit: int | None = None
     #: Why the last :meth:`shutdown` could not deliver everything, in a few words; None if it did.
     problem: str | None = field(default=None, init=False)
     _done: bool = field(default=False, repr=False)
@@ -170,13 +172,13 @@ def configure(
         return Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider(), "off", shutdown_timeout)
 
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from sparkrun.config import default_state_dir
 
     resource = _resource(env)
-    watch = None
+    watch, event_limit = None, None
     if check.traces_off:
         tracer_provider: Any = trace.NoOpTracerProvider()
         destination = "off"
@@ -187,7 +189,9 @@ def configure(
         explicit = endpoint is not None
         endpoint = endpoint or otlp_endpoint(env, "TRACES")
         protocol = protocol or check.protocols.get("TRACES", "http/protobuf")
-        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        limits = SpanLimits()  # from the environment, checked above; the mapper must know its event limit
+        event_limit = limits.max_events
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False, span_limits=limits)
         watch = DeliveryWatch(_span_exporter(endpoint, protocol, explicit, store))
         tracer_provider.add_span_processor(BatchSpanProcessor(watch))  # type: ignore[arg-type]
         destination = f"otlp {protocol} {endpoint}" if endpoint else f"local store {store.directory}"
@@ -196,4 +200,4 @@ def configure(
     if set_global:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
-    return Telemetry(tracer_provider, meter_provider, destination, shutdown_timeout, watch)
+    return Telemetry(tracer_provider, meter_provider, destination, shutdown_timeout, watch, event_limit)

@@ -2,14 +2,15 @@
 
 One root span per operation (trace id = operation id), one span per feedback
 activity (parented by ``parent_id``), one span per launch phase; reports
-become span events. Span events are bounded (128 per span by default), so
-repeated counter updates are coalesced. The first quarter of the budget
-takes every report; after that, the latest counter update is held back and
-recorded as a sample at most once a second (by event time, so a replay
-gives the same result) while half the budget is left. Every stage or status
-change, warning and error is kept up to the limit less one slot, which is
-reserved for the last report; everything else is counted in
-``sparkrun.coalesced_events``. Final counters go on the span.
+become span events. A report that says something new (the activity's first,
+a warning or error, a new stage, status or message) is a span event, up to
+the event limit less one slot kept for the last report. A report that only
+repeats the previous one with moved counters or metrics (counter updates,
+heartbeats) is held back and recorded as a sample at most once a second (by
+event time, so a replay gives the same result) while half the budget is
+left; the last one held back is recorded when the activity ends. Everything
+else is counted in ``sparkrun.coalesced_events``, and final counters go on
+the span.
 """
 
 from __future__ import annotations
@@ -38,22 +39,29 @@ _COMMON_FIELDS = frozenset({"type", "operation_id", "timestamp", "message", "sou
 SAMPLE_INTERVAL_SECONDS = 1.0
 DEFAULT_EVENT_LIMIT = 128
 
+# Hot-path tables (issue 10): every report used to format its event name and each field's
+# attribute key with an f-string; these are built once instead.
+#: Report fields copied onto the span event, with their attribute keys.
+_REPORT_FIELDS = tuple(
+    (field, f"sparkrun.{field}") for field in ("stage", "status", "current", "total", "total_kind", "unit")
+)
+_FEEDBACK_EVENT_NAMES = {
+    level: f"sparkrun.feedback.{level}" for level in ("debug", "info", "progress", "warning", "error")
+}
+
 
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
-def _event_limit_of(tracer_provider: TracerProvider) -> int:
-    # The SDK keeps its limits privately; fall back to what it would read from the environment.
-    limits = getattr(tracer_provider, "_span_limits", None)
-    limit = getattr(limits, "max_events", None)
-    if not isinstance(limit, int):
-        from opentelemetry.sdk.trace import SpanLimits
+def _event_limit_from_environment() -> int:
+    """The span event limit the SDK applies when nobody chose one: ``OTEL_SPAN_EVENT_COUNT_LIMIT``, else 128."""
+    from opentelemetry.sdk.trace import SpanLimits
 
-        try:
-            limit = SpanLimits().max_events
-        except ValueError:  # a malformed OTEL_SPAN_EVENT_COUNT_LIMIT; otel.environment has warned about it
-            limit = DEFAULT_EVENT_LIMIT
+    try:
+        limit = SpanLimits().max_events
+    except ValueError:  # a malformed OTEL_SPAN_EVENT_COUNT_LIMIT; otel.environment has warned about it
+        return DEFAULT_EVENT_LIMIT
     return limit if isinstance(limit, int) and limit > 1 else DEFAULT_EVENT_LIMIT
 
 
@@ -66,14 +74,26 @@ def _text_of(error: BaseException) -> str:
 
 def _report_attributes(event: dict[str, Any]) -> dict[str, Any]:
     attributes: dict[str, Any] = {"message": event["message"]}
-    for field in ("stage", "status", "current", "total", "total_kind", "unit"):
-        value = event.get(field)
+    get = event.get
+    for field, key in _REPORT_FIELDS:
+        value = get(field)
         if value is not None:
-            attributes[f"sparkrun.{field}"] = value
-    for name, value in (event.get("metrics") or {}).items():
-        if value is not None:
-            attributes[f"sparkrun.metric.{name}"] = value
+            attributes[key] = value
+    metrics = get("metrics")
+    if metrics:
+        for name, value in metrics.items():
+            if value is not None:
+                attributes[f"sparkrun.metric.{name}"] = value
     return attributes
+
+
+def _feedback_event_name(level: str) -> str:
+    return _FEEDBACK_EVENT_NAMES.get(level) or f"sparkrun.feedback.{level}"
+
+
+def _child_context(span: Span) -> Context:
+    """The context children of ``span`` are started in: built once per parent, not once per child."""
+    return trace.set_span_in_context(span, Context())
 
 
 def _finish_status(span: Span, status: str | None, message: str, error_type: str | None) -> None:
@@ -89,6 +109,7 @@ class _Activity:
         "added",
         "bytes_seen",
         "coalesced",
+        "context",
         "current",
         "ended",
         "error_type",
@@ -119,6 +140,8 @@ class _Activity:
         self.last_added_at = started_at
         self.bytes_seen: int | float = 0
         self.ended = self.synthesized = False
+        #: The context its children start in, built when the first child opens (see _child_context).
+        self.context: Context | None = None
 
 
 class _OperationTrace:
@@ -138,6 +161,8 @@ class _OperationTrace:
             info.started_at,
             {"sparkrun.operation_id": info.operation_id, "sparkrun.operation": info.name},
         )
+        self._root_context = _child_context(self.root)
+        self._sample_room = self._limit // 2  # samples are taken while this much of the budget is left
         self._activities: dict[str, _Activity] = {}
         self._phases: dict[str, tuple[Span, float]] = {}
         self._root_events = 0
@@ -157,17 +182,16 @@ class _OperationTrace:
             self._adopt(activity, event)
         activity.reports += 1
         level = event["level"]
-        if self._metrics is not None:
-            self._metrics.count_event(activity.source, level, activity.host)
         stage = event.get("stage")
         status = event.get("status")
-        significant = first or level in _SIGNIFICANT_LEVELS
+        significant = first or level in _SIGNIFICANT_LEVELS or event["message"] != activity.last_message
         if stage is not None and stage != activity.stage:
             activity.stage, significant = stage, True
         if status is not None and status != activity.status:
             activity.status, significant = status, True
-        if "current" in event:
-            self._count(activity, event)
+        transferred = self._count(activity, event) if "current" in event else 0
+        if self._metrics is not None:  # the event count and any new bytes under one lock
+            self._metrics.count_event(activity.source, level, activity.host, transferred)
         activity.last_message = event["message"]
         if significant:
             if activity.pending is not None:
@@ -177,11 +201,9 @@ class _OperationTrace:
                     activity.coalesced += 1
             if activity.added < self._limit - 1:
                 self._add(activity, event)
-            else:
-                activity.coalesced += 1
-        elif activity.added < self._limit // 4:
-            self._add(activity, event)  # small activities keep every report
-        else:
+            else:  # no room left but the slot kept for the last report: this may be it
+                activity.pending = event
+        else:  # a repeat: only counters or metrics moved
             if activity.pending is not None:
                 activity.coalesced += 1
             activity.pending = event  # held back: it may be the last report
@@ -207,7 +229,9 @@ class _OperationTrace:
         span.set_attributes(attributes)
         activity.synthesized = False
 
-    def _count(self, activity: _Activity, event: dict[str, Any]) -> None:
+    @staticmethod
+    def _count(activity: _Activity, event: dict[str, Any]) -> int | float:
+        """Keep the latest counters; return the bytes transferred since the last report (0 if none)."""
         current = event["current"]
         activity.current = current
         activity.total = event.get("total")
@@ -215,17 +239,21 @@ class _OperationTrace:
         unit = event.get("unit")
         if unit is not None:
             activity.unit = unit
-        if activity.unit == "bytes" and self._metrics is not None and current > activity.bytes_seen:
-            self._metrics.add_bytes(activity.source, current - activity.bytes_seen, activity.host)
+        if activity.unit == "bytes" and current > activity.bytes_seen:
+            transferred = current - activity.bytes_seen
             activity.bytes_seen = current
+            return transferred
+        return 0
 
     def _open(self, activity_id: str, event: dict[str, Any], *, synthesized: bool) -> _Activity:
         parent_id = None if synthesized else event.get("parent_id")
         if parent_id is None:
-            parent = self.root
+            parent = self._root_context
         else:
             parent_activity = self._activities.get(parent_id) or self._open(parent_id, event, synthesized=True)
-            parent = parent_activity.span
+            parent = parent_activity.context
+            if parent is None:
+                parent = parent_activity.context = _child_context(parent_activity.span)
         attributes: dict[str, Any] = {"sparkrun.activity_id": activity_id, "sparkrun.source": event["source"]}
         if synthesized:
             attributes["sparkrun.synthesized"] = True
@@ -249,15 +277,14 @@ class _OperationTrace:
         return activity
 
     def _add(self, activity: _Activity, event: dict[str, Any]) -> None:
-        activity.span.add_event(
-            f"sparkrun.feedback.{event['level']}", _report_attributes(event), _ns(event["timestamp"])
-        )
+        timestamp = event["timestamp"]
+        activity.span.add_event(_feedback_event_name(event["level"]), _report_attributes(event), _ns(timestamp))
         activity.added += 1
-        activity.last_added_at = event["timestamp"]
+        activity.last_added_at = timestamp
 
     def _sample_pending(self, activity: _Activity) -> None:
         """Record the held-back update as a sample while half the event budget is left."""
-        if activity.pending is not None and activity.added < self._limit // 2:
+        if activity.pending is not None and activity.added < self._sample_room:
             self._add(activity, activity.pending)
             activity.pending = None
 
@@ -276,13 +303,20 @@ class _OperationTrace:
             "sparkrun.unit": activity.unit,
             "sparkrun.last_message": activity.last_message[:MAX_TEXT_CHARS] or None,
         }
-        span.set_attributes({key: value for key, value in final.items() if value is not None})
-        span.set_attributes({"sparkrun.reports": activity.reports, "sparkrun.coalesced_events": activity.coalesced})
+        attributes = {key: value for key, value in final.items() if value is not None}
+        attributes["sparkrun.reports"] = activity.reports
+        attributes["sparkrun.coalesced_events"] = activity.coalesced
         if unfinished:
-            span.set_attribute("sparkrun.unfinished", True)
-        else:
+            attributes["sparkrun.unfinished"] = True
+        span.set_attributes(attributes)  # one call: the SDK takes its lock and cleans values per call
+        if not unfinished:
             _finish_status(span, activity.status, activity.last_message, activity.error_type)
         span.end(_ns(end_time))
+        # Keep only the ended span's identity (for late children): holding the recorded span kept
+        # every event of every activity alive until the operation ended, which cost memory and
+        # garbage-collection time in operations with many activities.
+        activity.span = trace.NonRecordingSpan(span.get_span_context())
+        activity.context = None
         if self._metrics is not None:
             status = "unfinished" if unfinished else activity.status or "unknown"
             seconds = max(0.0, end_time - activity.started_at)
@@ -327,7 +361,7 @@ class _OperationTrace:
                 self.trace_id,
                 phase_span_id(self.info.operation_id, slug),
                 f"launch.{slug}",
-                self.root,
+                self._root_context,
                 started_at,
                 {"sparkrun.phase": event["phase"], "sparkrun.total_phases": event["total_phases"]},
             )
@@ -403,7 +437,8 @@ class SpanMapper(OperationObserver):
         self._ids = ChosenIdGenerator()
         self._provider = tracer_provider
         self._tracer = self._tracer_of(tracer_provider)
-        self.event_limit = event_limit or _event_limit_of(tracer_provider)
+        # The SDK keeps a provider's limits to itself: whoever built the provider (otel.configure) says it.
+        self.event_limit = event_limit or _event_limit_from_environment()
         self.metrics = SparkrunMetrics(meter_provider) if meter_provider is not None else None
         self._traces: dict[str, _OperationTrace] = {}
         self._lock = threading.Lock()
@@ -423,20 +458,21 @@ class SpanMapper(OperationObserver):
             installed = trace.get_tracer_provider()
             if not isinstance(installed, trace.ProxyTracerProvider):
                 self._provider, self._tracer = installed, self._tracer_of(installed)
-                self.event_limit = _event_limit_of(installed)
 
     def _start_span(
         self,
         trace_id: int,
         span_id: int,
         name: str,
-        parent: Span | None,
+        parent: Context | None,
         start_time: float,
         attributes: dict[str, Any],
     ) -> Span:
-        context = trace.set_span_in_context(parent, Context()) if parent is not None else Context()
+        """Start a span with the chosen ids; ``parent`` is the context from ``_child_context`` (None: a root)."""
         self._ids.choose(trace_id, span_id)
-        return self._tracer.start_span(name, context=context, attributes=attributes, start_time=_ns(start_time))
+        return self._tracer.start_span(
+            name, context=parent if parent is not None else Context(), attributes=attributes, start_time=_ns(start_time)
+        )
 
     def start(self, info: OperationInfo) -> None:
         """Open the root span of an operation."""

@@ -164,8 +164,8 @@ class FeedbackReporter:
         if operation is not None:
             operation.deliver(event)
         if log_message and self._logger.isEnabledFor(levelno):
-            with log_bridge.suppressed():
-                self._logger.log(levelno, message, extra={"sparkrun_event": event}, stacklevel=3)
+            # stacklevel 3: the record names the producer's call site, not progress() or this method
+            log_bridge.log_delivered(self._logger, levelno, message, event, stacklevel=3)
         return event  # type: ignore[return-value]
 
     def report(

@@ -48,7 +48,11 @@ def start_telemetry(ctx: click.Context, state: CliState, state_dir: Path) -> Non
     try:
         telemetry = configure(state_dir=state_dir, shutdown_timeout=state.otel_shutdown_timeout)
         if not preinstrumented:
-            instrumentor.instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider)
+            instrumentor.instrument(
+                tracer_provider=telemetry.tracer_provider,
+                meter_provider=telemetry.meter_provider,
+                event_limit=telemetry.event_limit,
+            )
     except Exception as error:  # telemetry never breaks the command it would observe
         _log.warning("telemetry is off for this command: %s", error)
         return

@@ -12,6 +12,7 @@ and the factory is restored when the last bridged operation ends.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from typing import Any
 
 from sparkrun.core.envelope import MAX_MESSAGE_CHARS, MAX_TEXT_CHARS
 
-__all__ = ["PROGRESS", "disable", "enable", "log_event", "suppressed"]
+__all__ = ["PROGRESS", "disable", "enable", "log_delivered", "log_event", "suppressed"]
 
 PROGRESS = 25
 logging.addLevelName(PROGRESS, "PROGRESS")
@@ -28,6 +29,9 @@ _lock = threading.Lock()
 _users = 0
 _installed: _BridgeFactory | None = None
 _local = threading.local()
+#: Logger classes whose ``log`` path :func:`log_delivered` may take a shortcut through.
+_PLAIN_LOGGERS = frozenset({logging.Logger, logging.RootLogger})
+_UNKNOWN_CALLER = ("(unknown file)", 0, "(unknown function)")
 
 
 def _level_name(levelno: int) -> str:
@@ -120,3 +124,48 @@ def suppressed() -> Iterator[None]:
         yield
     finally:
         _local.depth -= 1
+
+
+def log_delivered(
+    logger: logging.Logger, levelno: int, message: str, event: dict[str, Any], *, stacklevel: int = 1
+) -> None:
+    """Log ``message`` on ``logger`` for an ``event`` that was already delivered.
+
+    The record is the one ``logger.log(levelno, message, extra={"sparkrun_event":
+    event}, stacklevel=stacklevel)`` would make at the same place, attributed to
+    the same call site, and the bridge does not forward it (nor anything its
+    handlers log). The caller checks ``logger.isEnabledFor(levelno)`` first.
+
+    Every report renders a record by default, so this is on each producer's
+    hot path. For plain ``Logger`` instances the record is built directly:
+    the caller's frame instead of ``findCaller``'s walk, the record factory
+    beneath the bridge's own (which would only see the suppression flag and
+    pass the call on), the event set as an attribute instead of through
+    ``extra``, then ``logger.handle`` as ``Logger.log`` does. That costs about
+    half of ``Logger.log``'s generic path. Logger subclasses take
+    ``Logger.log`` itself, so whatever they override still applies.
+    """
+    depth = getattr(_local, "depth", 0)
+    _local.depth = depth + 1  # as suppressed(), inline: a generator context manager costs more than this
+    try:
+        if type(logger) not in _PLAIN_LOGGERS:
+            logger.log(levelno, message, extra={"sparkrun_event": event}, stacklevel=stacklevel + 1)
+            return
+        if logging._srcfile:  # None when an application turned caller lookup off (logging's documented knob)
+            try:
+                frame = sys._getframe(stacklevel)  # 0 is this function, 1 its caller, as in stacklevel
+            except ValueError:
+                filename, lineno, function = _UNKNOWN_CALLER
+            else:
+                code = frame.f_code
+                filename, lineno, function = code.co_filename, frame.f_lineno, code.co_name
+        else:
+            filename, lineno, function = _UNKNOWN_CALLER
+        factory = logging.getLogRecordFactory()
+        if type(factory) is _BridgeFactory:
+            factory = factory.previous
+        record = factory(logger.name, levelno, filename, lineno, message, (), None, function, None)
+        record.sparkrun_event = event
+        logger.handle(record)
+    finally:
+        _local.depth = depth

@@ -108,7 +108,9 @@ def _start_telemetry(state_dir: Any) -> Any:
 
         telemetry = otel.configure(state_dir=state_dir)
         otel.SparkrunInstrumentor().instrument(
-            tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider
+            tracer_provider=telemetry.tracer_provider,
+            meter_provider=telemetry.meter_provider,
+            event_limit=telemetry.event_limit,
         )
     except Exception as error:  # telemetry never breaks the job it would observe
         logging.getLogger(__name__).warning("telemetry is off for this job: %s", error)

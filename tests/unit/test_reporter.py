@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import threading
 
@@ -9,6 +11,7 @@ import pytest
 
 import sparkrun.feedback as feedback_module
 import sparkrun.plugins as plugins_module
+from sparkrun.core import log_bridge
 from sparkrun.core.operation import operation_scope
 from tests.conftest import drain
 
@@ -166,3 +169,132 @@ def test_get_feedback_with_sctx_in_a_plain_thread_finds_the_operation(sctx):
         created[0].progress("late binding")
     (event,) = drain(sctx.queue)
     assert event["operation_id"] == operation.operation_id
+
+
+# -- the rendered record is the one Logger.log would make -----------------------------------
+
+
+class _Keep(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def kept():
+    """A handler keeping every record of logger ``plug`` (level DEBUG, not propagated)."""
+    logger = logging.getLogger("plug")
+    handler = _Keep()
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+        logger.propagate = True
+
+
+_SAME_ATTRIBUTES = (
+    "name",
+    "msg",
+    "args",
+    "levelno",
+    "levelname",
+    "pathname",
+    "filename",
+    "module",
+    "funcName",
+    "exc_info",
+    "exc_text",
+    "stack_info",
+    "thread",
+    "threadName",
+    "process",
+    "processName",
+)
+
+
+def test_a_report_renders_the_record_logger_log_would_make(sctx, kept):
+    with operation_scope(sctx, name="t"):
+        report_line = inspect.currentframe().f_lineno + 1
+        event = feedback_module.get_feedback("plug").progress("same record")
+        with log_bridge.suppressed():  # how reports were rendered before the direct path
+            logging.getLogger("plug").log(25, "same record", extra={"sparkrun_event": event})
+    rendered, logged = kept.records
+    assert {k: getattr(rendered, k) for k in _SAME_ATTRIBUTES} == {k: getattr(logged, k) for k in _SAME_ATTRIBUTES}
+    assert set(vars(rendered)) == set(vars(logged))
+    assert rendered.lineno == report_line and rendered.pathname == __file__
+    assert rendered.sparkrun_event is event
+    assert [e["type"] for e in drain(sctx.queue)] == ["feedback"]  # the report's record is not bridged
+
+
+@pytest.mark.parametrize("in_operation", [True, False])
+def test_rendered_records_come_from_the_installed_record_factory(sctx, kept, in_operation):
+    def scope():
+        return operation_scope(sctx, name="t") if in_operation else contextlib.nullcontext()
+
+    with scope():
+        previous = logging.getLogRecordFactory()
+
+        def custom_factory(*args, **kwargs):
+            record = previous(*args, **kwargs)
+            record.custom = True
+            return record
+
+        logging.setLogRecordFactory(custom_factory)  # on top of the bridge's factory, inside an operation
+        try:
+            feedback_module.get_feedback("plug").warning("made by the application's factory")
+        finally:
+            logging.setLogRecordFactory(previous)
+    (record,) = kept.records
+    assert record.custom is True and record.sparkrun_event["message"] == "made by the application's factory"
+    assert [e["type"] for e in drain(sctx.queue)] == (["feedback"] if in_operation else [])
+
+
+def test_logger_subclasses_keep_their_overrides(sctx):
+    class Stamping(logging.Logger):
+        def makeRecord(self, *args, **kwargs):
+            record = super().makeRecord(*args, **kwargs)
+            record.stamped = True
+            return record
+
+    logger = Stamping("plug.stamping")
+    handler = _Keep()
+    logger.addHandler(handler)
+    with operation_scope(sctx, name="t"):
+        feedback_module.get_feedback("plug", logger=logger).progress("through Logger.log")
+    (record,) = handler.records
+    assert record.stamped is True and record.sparkrun_event["message"] == "through Logger.log"
+    assert record.pathname == __file__ and record.funcName == "test_logger_subclasses_keep_their_overrides"
+    assert [e["type"] for e in drain(sctx.queue)] == ["feedback"]
+
+
+def test_records_a_handler_logs_while_rendering_a_report_are_not_bridged(sctx, kept):
+    class Chatty(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logging.getLogger("chatty.handler").warning("handled %s", record.getMessage())
+
+    chatty = Chatty()
+    logging.getLogger("plug").addHandler(chatty)
+    try:
+        with operation_scope(sctx, name="t"):
+            feedback_module.get_feedback("plug").progress("report")
+            logging.getLogger("chatty.handler").warning("outside rendering")
+    finally:
+        logging.getLogger("plug").removeHandler(chatty)
+    assert [(e["type"], e["message"]) for e in drain(sctx.queue)] == [
+        ("feedback", "report"),
+        ("log", "outside rendering"),
+    ]
+
+
+def test_caller_lookup_turned_off_is_respected(kept, monkeypatch):
+    monkeypatch.setattr(logging, "_srcfile", None)  # logging's documented switch to skip finding the caller
+    feedback_module.get_feedback("plug").progress("no caller")
+    (record,) = kept.records
+    assert (record.pathname, record.lineno, record.funcName) == ("(unknown file)", 0, "(unknown function)")

@@ -219,12 +219,21 @@ def test_many_counter_updates_are_coalesced_within_the_event_limit(captured, sct
     assert span.attributes["sparkrun.current"] == updates
 
 
-def test_small_activities_keep_every_report(captured, sctx):
+def test_reports_that_say_something_new_are_kept_and_repeats_are_coalesced(captured, sctx):
     with operation_scope(sctx, name="relay"):
-        reporter = get_feedback("small")
+        news = get_feedback("news")
         for i in range(10):
-            reporter.progress("tick", current=i)
-    assert len(captured.span("small").events) == 10
+            news.progress(f"layer {i} received")
+        repeats = get_feedback("repeats")
+        for i in range(10):  # within milliseconds: no sample is due
+            repeats.progress("receiving", current=i, unit="files")
+    assert len(captured.span("news").events) == 10
+    span = captured.span("repeats")
+    assert [(e.attributes["message"], e.attributes["sparkrun.current"]) for e in span.events] == [
+        ("receiving", 0),
+        ("receiving", 9),
+    ]
+    assert span.attributes["sparkrun.coalesced_events"] == 8 and span.attributes["sparkrun.current"] == 9
 
 
 def test_metrics_by_low_cardinality_labels_only(captured, sctx):
@@ -364,3 +373,13 @@ def test_a_per_report_host_is_the_reports_host(captured, sctx):
     assert (first["host"], other["host"]) == ("spark-1", "spark-2")
     (span,) = [span for span in captured.spans() if span.attributes.get("sparkrun.activity_id") == reporter.activity_id]
     assert span.attributes["host.name"] == "spark-1"  # the activity's host; each report keeps its own
+
+
+def test_a_child_that_opens_after_its_parent_ended_is_still_its_child(captured, sctx):
+    with operation_scope(sctx, name="relay") as operation:
+        parent = get_feedback("oci-relay")
+        parent.progress("planned", status="succeeded")  # ends the parent's span
+        parent.child(source="oci-relay.late").progress("a late sub-step", status="succeeded")
+    late = captured.span("oci-relay.late")
+    assert late.parent.span_id == activity_span_id(operation.operation_id, parent.activity_id)
+    assert late.context.trace_id == captured.span("oci-relay").context.trace_id
