@@ -55,6 +55,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel import SparkrunInstrumentor
+from otel.ids import OperationIdGenerator
 from sparkrun.application import initialize
 from sparkrun.core.operation import operation_scope
 from sparkrun.feedback import get_feedback
@@ -181,7 +182,7 @@ def main(n: int = 30_000) -> int:
 
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
-    provider = TracerProvider(shutdown_on_exit=False)  # as otel.configure() builds it
+    provider = TracerProvider(shutdown_on_exit=False, id_generator=OperationIdGenerator())  # as otel.configure() does
     provider.add_span_processor(BatchSpanProcessor(_Discard()))
     tracer = provider.get_tracer("bench")
 

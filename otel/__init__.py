@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from otel.event_replay import replay
+    from otel.ids import OperationIdGenerator
     from otel.instrumentor import SparkrunInstrumentor
     from otel.providers import Telemetry, configure
 
-__all__ = ["SparkrunInstrumentor", "Telemetry", "configure", "replay"]
+__all__ = ["OperationIdGenerator", "SparkrunInstrumentor", "Telemetry", "configure", "replay"]
 
 _HOMES = {
+    "OperationIdGenerator": "otel.ids",
     "SparkrunInstrumentor": "otel.instrumentor",
     "Telemetry": "otel.providers",
     "configure": "otel.providers",

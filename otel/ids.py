@@ -13,7 +13,7 @@ from hashlib import blake2b
 
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 
-__all__ = ["ChosenIdGenerator", "activity_span_id", "phase_span_id", "root_span_id", "trace_id_of"]
+__all__ = ["OperationIdGenerator", "activity_span_id", "phase_span_id", "root_span_id", "trace_id_of"]
 
 
 def trace_id_of(operation_id: str) -> int:
@@ -41,12 +41,13 @@ def phase_span_id(operation_id: str, slug: str) -> int:
     return _span_id(operation_id, "phase", slug)
 
 
-class ChosenIdGenerator(IdGenerator):
-    """Hands out the ids chosen for the next span started in this thread.
+class OperationIdGenerator(IdGenerator):
+    """The id generator of a tracer provider whose sparkrun spans carry sparkrun's ids.
 
-    Installed on the adapter's own tracer only, so other instrumentation
-    sharing the provider keeps random ids. Without a choice it falls back to
-    random ids.
+    Give it to the provider (``TracerProvider(id_generator=OperationIdGenerator())``;
+    ``otel.configure()`` does): before starting a span, the adapter chooses its
+    ids for the calling thread, and the provider takes them. Spans started by
+    anything else get random ids, as with the SDK's default generator.
     """
 
     def __init__(self) -> None:
@@ -54,6 +55,7 @@ class ChosenIdGenerator(IdGenerator):
         self._random = RandomIdGenerator()
 
     def choose(self, trace_id: int, span_id: int) -> None:
+        """The ids of the next span this thread starts."""
         self._local.ids = (trace_id, span_id)
 
     def generate_trace_id(self) -> int:

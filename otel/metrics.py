@@ -15,7 +15,10 @@ from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 
-__all__ = ["DURATION_BUCKETS", "SparkrunMetrics"]
+from otel.activity_tracker import Activity, ActivitySink
+from sparkrun.core.events import FeedbackEvent
+
+__all__ = ["DURATION_BUCKETS", "MetricsSink", "SparkrunMetrics"]
 
 #: Seconds; launches, relays and benchmarks run for seconds to an hour.
 DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -101,3 +104,18 @@ def _labels(source: str, host: str | None, extra: dict[str, str] | None = None) 
     if host is not None:
         labels["host.name"] = host
     return labels
+
+
+class MetricsSink(ActivitySink):
+    """Feeds :class:`SparkrunMetrics` from an :class:`~otel.activity_tracker.ActivityTracker`."""
+
+    def __init__(self, metrics: SparkrunMetrics) -> None:
+        self._metrics = metrics
+
+    def counted(self, activity: Activity, event: FeedbackEvent, transferred: int | float) -> None:
+        self._metrics.count_event(activity.source, event["level"], activity.host, transferred)
+
+    def ended(self, activity: Activity, end_time: float, *, unfinished: bool) -> None:
+        status = "unfinished" if unfinished else activity.status or "unknown"
+        seconds = max(0.0, end_time - activity.started_at)
+        self._metrics.activity_ended(activity.source, status, seconds, activity.stage, activity.coalesced)

@@ -23,6 +23,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 
 from otel.environment import PROTOCOLS, check_environment
+from otel.ids import OperationIdGenerator
 from otel.local_store import DEFAULT_MAX_TRACES, LocalSpanExporter, TraceStore
 from sparkrun.config import env_flag, otlp_endpoint
 
@@ -191,7 +192,9 @@ def configure(
         protocol = protocol or check.protocols.get("TRACES", "http/protobuf")
         limits = SpanLimits()  # from the environment, checked above; the mapper must know its event limit
         event_limit = limits.max_events
-        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False, span_limits=limits)
+        tracer_provider = TracerProvider(
+            resource=resource, shutdown_on_exit=False, span_limits=limits, id_generator=OperationIdGenerator()
+        )
         watch = DeliveryWatch(_span_exporter(endpoint, protocol, explicit, store))
         tracer_provider.add_span_processor(BatchSpanProcessor(watch))  # type: ignore[arg-type]
         destination = f"otlp {protocol} {endpoint}" if endpoint else f"local store {store.directory}"

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal, Required, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from sparkrun.core import log_bridge
 from sparkrun.core.envelope import (
@@ -28,6 +28,7 @@ from sparkrun.core.envelope import (
     check_message,
     check_text,
 )
+from sparkrun.core.events import FeedbackEvent
 from sparkrun.core.operation import Operation, current_operation, new_operation_id
 from sparkrun.core.short_repr import short_repr
 
@@ -43,28 +44,6 @@ _LEVEL_NAMES = {levelno: name for name, levelno in LEVELS.items()}
 #: Heartbeat intervals, seconds: shorter floods consumers, longer says nothing.
 _MIN_HEARTBEAT_INTERVAL = 0.01
 _MAX_HEARTBEAT_INTERVAL = 86_400
-
-
-class FeedbackEvent(TypedDict, total=False):
-    """The normalized ``type: "feedback"`` envelope, as delivered and returned."""
-
-    type: Required[Literal["feedback"]]
-    feedback_version: Required[int]
-    operation_id: Required[str]
-    timestamp: Required[float]
-    source: Required[str]
-    message: Required[str]
-    level: Required[Literal["debug", "info", "progress", "warning", "error"]]
-    activity_id: Required[str]
-    parent_id: str
-    host: str
-    stage: str
-    status: Literal["running", "succeeded", "failed", "skipped"]
-    current: int | float
-    total: int | float
-    total_kind: Literal["exact", "upper_bound", "unknown"]
-    unit: str
-    metrics: dict[str, str | int | float | bool | None]
 
 
 def _new_activity_id() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from sparkrun.config import Config
@@ -24,6 +25,17 @@ class SparkrunContext:
     events: Subscriber | None = None
     observers: list[OperationObserver] = field(default_factory=list)
     _active: list[Operation] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def push_operation(self, operation: Operation) -> None:
+        """Record ``operation`` as running in this context (called by ``operation_scope``)."""
+        with self._lock:
+            self._active.append(operation)
+
+    def pop_operation(self, operation: Operation) -> None:
+        """Forget ``operation`` once it has ended."""
+        with self._lock:
+            self._active.remove(operation)
 
     @property
     def operation(self) -> Operation | None:
@@ -36,4 +48,5 @@ class SparkrunContext:
         running = current_operation()
         if running is not None and running.context is self:
             return running
-        return self._active[-1] if self._active else None
+        with self._lock:
+            return self._active[-1] if self._active else None

@@ -8,13 +8,14 @@ transfer as an activity of the launch operation.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from sparkrun.core.entry_points import load_group_once
-from sparkrun.feedback import FeedbackReporter
+from sparkrun.core.registry import Registry
+
+if TYPE_CHECKING:
+    from sparkrun.feedback import FeedbackReporter
 
 __all__ = [
     "DistributionProvider",
@@ -48,26 +49,18 @@ class DistributionProvider(Protocol):
     def distribute(self, request: DistributionRequest) -> None: ...
 
 
-_providers: list[DistributionProvider] = []
-_lock = threading.Lock()
+_providers: Registry[DistributionProvider] = Registry(entry_points=ENTRY_POINT_GROUP)
 
 
 def register_provider(provider: DistributionProvider) -> None:
     """Make ``provider`` available to every later launch."""
-    with _lock:
-        if provider not in _providers:
-            _providers.append(provider)
+    _providers.add(provider)
 
 
 def unregister_provider(provider: DistributionProvider) -> None:
-    with _lock:
-        if provider in _providers:
-            _providers.remove(provider)
+    _providers.remove(provider)
 
 
 def provider_for(request: DistributionRequest) -> DistributionProvider | None:
     """The first registered provider that accepts ``request``."""
-    load_group_once(ENTRY_POINT_GROUP, register_provider)
-    with _lock:
-        candidates = list(_providers)
-    return next((provider for provider in candidates if provider.accepts(request)), None)
+    return next((provider for provider in _providers.items() if provider.accepts(request)), None)

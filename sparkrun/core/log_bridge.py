@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from sparkrun.core.envelope import MAX_MESSAGE_CHARS, MAX_TEXT_CHARS
 
@@ -78,22 +78,41 @@ class _BridgeFactory:
         return record
 
 
-def _forward(record: logging.LogRecord) -> None:
-    from sparkrun.core.operation import current_operation
+class BridgedOperation(Protocol):
+    """What the bridge needs of the operation a record belongs to."""
 
+    @property
+    def operation_id(self) -> str: ...
+
+    @property
+    def has_subscribers(self) -> bool: ...
+
+    def deliver(self, event: dict[str, Any]) -> bool: ...
+
+
+def _no_operation() -> BridgedOperation | None:
+    return None
+
+
+#: How the bridge finds the operation of the calling context; given by :func:`enable`.
+_current: Callable[[], BridgedOperation | None] = _no_operation
+
+
+def _forward(record: logging.LogRecord) -> None:
     if getattr(record, "_sparkrun_forwarded", False):
         return
-    operation = current_operation()
+    operation = _current()
     if operation is None or not operation.has_subscribers:
         return
     record._sparkrun_forwarded = True
     operation.deliver(log_event(operation.operation_id, record))
 
 
-def enable() -> None:
-    """Start forwarding (reference counted: one call per bridged operation)."""
-    global _users, _installed
+def enable(current: Callable[[], BridgedOperation | None]) -> None:
+    """Start forwarding to ``current()``'s operation (reference counted: one call per bridged operation)."""
+    global _users, _installed, _current
     with _lock:
+        _current = current
         _users += 1
         current = logging.getLogRecordFactory()
         if current is not _installed:

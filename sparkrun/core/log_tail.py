@@ -83,13 +83,14 @@ def read_new(
         if os.fstat(file.fileno()).st_size < position:
             position = 0
         file.seek(position)
-        data = file.read(max(limit, max_line))  # at least a whole line, so every call makes progress
+        data = file.read(max(limit, max_line + 1))  # a whole line and what follows it: every call makes progress
     if not data:
         return [], position, False
     complete = data.rfind(b"\n") + 1
     if complete:
         return _pieces(data[: complete - 1], max_line), position + complete, True
-    if len(data) >= max_line or final:  # a read is at least max_line long: shorter means the end of the file
+    if len(data) >= max_line or final:  # a read is longer than max_line: shorter means the end of the file
         piece = data[:max_line]
-        return _pieces(piece, max_line), position + len(piece), True
+        taken = len(piece) + (data[max_line : max_line + 1] == b"\n")  # a line of exactly max_line ends here
+        return _pieces(piece, max_line), position + taken, True
     return [], position, True

@@ -19,20 +19,18 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar
 
 from sparkrun.core import log_bridge
-from sparkrun.core.entry_points import load_group_once
 from sparkrun.core.envelope import check_text
-from sparkrun.core.redaction import Redactor
+from sparkrun.core.registry import Registry
 from sparkrun.errors import OperationCancelled
-
-if TYPE_CHECKING:
-    from sparkrun.core.context import SparkrunContext
 
 __all__ = [
     "DEFAULT_OPERATION_NAME",
+    "EventProcessor",
     "Operation",
+    "OperationContext",
     "OperationInfo",
     "OperationObserver",
     "Outcome",
@@ -79,6 +77,30 @@ class OperationInfo:
     finished_at: float | None = None
 
 
+class EventProcessor(Protocol):
+    """A step every event (and the outcome's error) passes through before anyone sees it.
+
+    Processors run in order, as a chain: each gets what the previous one
+    returned. The daemon's workers use one to redact secrets; a processor
+    that changes nothing returns its input.
+    """
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]: ...
+
+    def error(self, error: BaseException | None) -> BaseException | None: ...
+
+
+class OperationContext(Protocol):
+    """What an operation needs from the context it runs in (``SparkrunContext`` is one)."""
+
+    events: Subscriber | None
+    observers: list[OperationObserver]
+
+    def push_operation(self, operation: Operation) -> None: ...
+
+    def pop_operation(self, operation: Operation) -> None: ...
+
+
 class OperationObserver(Protocol):
     """An advisory consumer of every event of the operations it observes.
 
@@ -94,22 +116,18 @@ class OperationObserver(Protocol):
     def operation_finished(self, info: OperationInfo, outcome: Outcome, error: BaseException | None) -> None: ...
 
 
-_process_observers: list[OperationObserver] = []
-_process_observers_lock = threading.Lock()
+#: Observers of every operation of the process (``add_observer``, the ``sparkrun.observers`` entry points).
+_process_observers: Registry[OperationObserver] = Registry(entry_points=OBSERVER_ENTRY_POINT_GROUP)
 
 
 def add_observer(observer: OperationObserver) -> None:
     """Observe every operation started from now on, process-wide."""
-    with _process_observers_lock:
-        if observer not in _process_observers:
-            _process_observers.append(observer)
+    _process_observers.add(observer)
 
 
 def remove_observer(observer: OperationObserver) -> None:
     """Stop observing operations started from now on; unknown observers are ignored."""
-    with _process_observers_lock:
-        if observer in _process_observers:
-            _process_observers.remove(observer)
+    _process_observers.remove(observer)
 
 
 class Operation:
@@ -125,7 +143,7 @@ class Operation:
         "error",
         "info",
         "outcome",
-        "redactor",
+        "processors",
     )
 
     def __init__(
@@ -134,8 +152,9 @@ class Operation:
         *,
         subscriber: Subscriber | None = None,
         observers: Iterable[OperationObserver] = (),
-        context: SparkrunContext | None = None,
+        context: OperationContext | None = None,
         operation_id: str | None = None,
+        processors: Iterable[EventProcessor] = (),
     ) -> None:
         if operation_id is not None and not _is_operation_id(operation_id):
             raise ValueError(f"operation_id is {operation_id!r}; it must be 32 lowercase hex characters, not all zero")
@@ -148,8 +167,8 @@ class Operation:
         self._lock = threading.Lock()
         self._delivering: int | None = None
         self._cancel = threading.Event()
-        #: Secrets replaced in every event and in the outcome before anyone sees them (daemon workers).
-        self.redactor: Redactor | None = None
+        #: The chain every event and the outcome's error pass through before anyone sees them.
+        self.processors = tuple(processors)
 
     def __repr__(self) -> str:
         return f"<Operation {self.info.name} {self.info.operation_id} outcome={self.outcome}>"
@@ -197,9 +216,8 @@ class Operation:
         with self._lock:
             self._delivering = ident
             try:
-                redactor = self.redactor
-                if redactor:
-                    event = redactor.value(event)
+                for processor in self.processors:
+                    event = processor(event)
                 subscriber = self._subscriber
                 if subscriber is not None:
                     try:
@@ -233,7 +251,9 @@ class Operation:
     def _finish(self, outcome: Outcome, error: BaseException | None) -> None:
         self.outcome, self.error = outcome, error
         self.info = replace(self.info, finished_at=time.time())
-        observed = self.redactor.error(error) if self.redactor else error
+        observed = error
+        for processor in self.processors:
+            observed = processor.error(observed)
         self._notify(lambda observer: observer.operation_finished(self.info, outcome, observed))
 
 
@@ -266,11 +286,12 @@ def _outcome_of(error: BaseException) -> Outcome:
 
 @contextmanager
 def operation_scope(
-    sctx: SparkrunContext | None = None,
+    sctx: OperationContext | None = None,
     *,
     name: str = DEFAULT_OPERATION_NAME,
     observers: Iterable[OperationObserver] = (),
     operation_id: str | None = None,
+    processors: Iterable[EventProcessor] = (),
 ) -> Iterator[Operation]:
     """Run the enclosed block as one operation and record its outcome.
 
@@ -282,15 +303,15 @@ def operation_scope(
     and to the observers of the scope, of ``sctx.observers`` and of the
     process (see :func:`add_observer` and the ``sparkrun.observers`` entry
     point group). ``operation_id`` is for callers that announced the id before
-    the work started (the daemon returns it when a job is submitted).
+    the work started (the daemon returns it when a job is submitted);
+    ``processors`` is the chain events and the outcome pass through first
+    (see :class:`EventProcessor`).
     """
     running = _current.get()
     if running is not None and (sctx is None or running.context is sctx):
         yield running
         return
-    load_group_once(OBSERVER_ENTRY_POINT_GROUP, add_observer)
-    with _process_observers_lock:
-        process_wide = tuple(_process_observers)
+    process_wide = _process_observers.items()
     context_observers = tuple(sctx.observers) if sctx is not None else ()
     operation = Operation(
         name,
@@ -298,13 +319,14 @@ def operation_scope(
         observers=(*observers, *context_observers, *process_wide),
         context=sctx,
         operation_id=operation_id,
+        processors=processors,
     )
     token = _current.set(operation)
     if sctx is not None:
-        sctx._active.append(operation)
+        sctx.push_operation(operation)
     bridged = operation.has_subscribers
     if bridged:
-        log_bridge.enable()
+        log_bridge.enable(current_operation)
     try:
         operation._start()
         try:
@@ -317,7 +339,7 @@ def operation_scope(
         if bridged:
             log_bridge.disable()
         if sctx is not None:
-            sctx._active.remove(operation)
+            sctx.pop_operation(operation)
         _current.reset(token)
 
 

@@ -6,7 +6,8 @@ event and result values (:meth:`Redactor.value`), in text, in a byte stream cut
 into arbitrary chunks (:class:`StreamRedactor`, so a secret split across reads
 or holding a newline is still caught), and in an operation's outcome
 (:meth:`Redactor.error`, which gives observers a :class:`ReportedError`
-instead of the exception itself). Besides the secret itself, its JSON-escaped
+instead of the exception itself). A redactor is an event processor of the
+operation it guards (see ``operation_scope(processors=...)``). Besides the secret itself, its JSON-escaped
 and ``repr`` forms are replaced, since a plugin may print it that way.
 """
 
@@ -53,6 +54,10 @@ class Redactor:
             if pattern in value:
                 value = value.replace(pattern, REDACTED)
         return value
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+        """As an event processor of an operation: the event without secrets."""
+        return self.value(event) if self._patterns else event
 
     def value(self, value: Any) -> Any:
         """``value`` with every secret replaced, inside dicts (keys too) and lists; as is without secrets."""

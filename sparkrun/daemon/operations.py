@@ -9,14 +9,13 @@ the ``sparkrun.daemon_operations`` entry point group.
 from __future__ import annotations
 
 import importlib
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sparkrun.core.context import SparkrunContext
-from sparkrun.core.entry_points import load_group_once
 from sparkrun.core.names import check_name
+from sparkrun.core.registry import Registry
 from sparkrun.errors import SparkrunError
 
 __all__ = [
@@ -106,29 +105,24 @@ def _is_kind(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-_registry: dict[str, DaemonOperation] = {}
-_lock = threading.Lock()
+_registry: Registry[DaemonOperation] = Registry(entry_points=ENTRY_POINT_GROUP, key=lambda operation: operation.name)
 
 
 def register_operation(operation: DaemonOperation) -> None:
     """Make ``operation`` available to daemon jobs (a later registration of the same name wins)."""
-    with _lock:
-        _registry[operation.name] = operation
+    _registry.add(operation)
 
 
 def load_plugins(modules: Iterable[str]) -> None:
-    """Import plugin modules (they register operations when imported) and the entry points."""
+    """Import plugin modules (they register operations when imported); entry points load on first use."""
     for module in modules:
         importlib.import_module(module)
-    load_group_once(ENTRY_POINT_GROUP, register_operation)
 
 
 def find_operation(name: Any) -> DaemonOperation:
-    _register_builtins()
-    with _lock:
-        operation = _registry.get(name) if isinstance(name, str) else None
-        known = ", ".join(sorted(_registry))
+    operation = _registry.get(name) if isinstance(name, str) else None
     if operation is None:
+        known = ", ".join(sorted(known.name for known in _registry.items()))
         raise UnknownOperation(f"unknown operation (operation={name!r}, known: {known})")
     return operation
 
@@ -170,14 +164,8 @@ def _plain(value: Any) -> Any:
     return {key: (str(item) if hasattr(item, "__fspath__") else item) for key, item in asdict(value).items()}
 
 
-_builtins_registered = False
-
-
 def _register_builtins() -> None:
-    global _builtins_registered
-    if _builtins_registered:
-        return
-    _builtins_registered = True
+    """The launch pipeline's API calls, registered when this module is imported (plugins may replace them)."""
     for operation in (
         DaemonOperation(
             "run",
@@ -201,4 +189,7 @@ def _register_builtins() -> None:
             "Read a deployment's log.",
         ),
     ):
-        _registry.setdefault(operation.name, operation)
+        register_operation(operation)
+
+
+_register_builtins()

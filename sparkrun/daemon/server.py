@@ -278,7 +278,7 @@ async def _serve(
     slots = StreamSlots()
     render = None
     if options.metrics:
-        from otel.prometheus import DaemonMetrics
+        from sparkrun.daemon.metrics import DaemonMetrics
 
         daemon_metrics = DaemonMetrics(journal, lambda: slots.active)
         manager.observers.append(daemon_metrics)

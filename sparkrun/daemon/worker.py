@@ -168,8 +168,8 @@ def run_job(spec: dict[str, Any], channel: _Channel, answers: IO[str]) -> None:
         operation_def = find_operation(spec["operation"])
         sctx = initialize(state_dir=spec["state_dir"], events=lambda event: channel.send("event", event=event))
         telemetry = _start_telemetry(sctx.config.state_dir)
-        with operation_scope(sctx, name=spec["operation"], operation_id=spec["operation_id"]) as operation:
-            operation.redactor = redactor
+        scope = operation_scope(sctx, name=spec["operation"], operation_id=spec["operation_id"], processors=(redactor,))
+        with scope as operation:
             bind_process_default(operation)
             result = operation_def.run(sctx, spec.get("arguments") or {}, _WorkerPrompter(channel, answers, redactor))
         channel.send_line(_result_line(result, redactor, _timing(operation)))

@@ -8,7 +8,6 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from sparkrun.core import operation as operation_module
-from sparkrun.core.entry_points import forget
 from sparkrun.core.operation import (
     OperationObserver,
     add_observer,
@@ -139,7 +138,7 @@ def test_entry_point_observers_are_loaded_once(monkeypatch, sctx):
             super().__init__()
             made.append(self)
 
-    forget(operation_module.OBSERVER_ENTRY_POINT_GROUP)
+    operation_module._process_observers.reload_entry_points()
     monkeypatch.setitem(globals(), "FromEntryPoint", FromEntryPoint)
     entry = EntryPoint(name="rec", value=f"{__name__}:FromEntryPoint", group="sparkrun.observers")
     broken = EntryPoint(name="bad", value="no_such_module_xyz:Thing", group="sparkrun.observers")

@@ -70,8 +70,7 @@ def test_the_outcome_reaches_observers_redacted_with_its_chain():
 
     redactor = _redactor(SECRET)
     try:
-        with operation_scope(name="t", observers=[Observer()]) as operation:
-            operation.redactor = redactor
+        with operation_scope(name="t", observers=[Observer()], processors=(redactor,)):
             get_feedback("p").progress(f"using {SECRET}", log_message=False)
             try:
                 raise ValueError(f"inner {SECRET}")

@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel import SparkrunInstrumentor
+from otel.ids import OperationIdGenerator
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Captured:
 @pytest.fixture
 def captured():
     exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
+    tracer_provider = TracerProvider(id_generator=OperationIdGenerator())
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])

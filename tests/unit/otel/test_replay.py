@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel
 from otel.event_replay import read_events
+from otel.ids import OperationIdGenerator
 from sparkrun.core.operation import operation_scope
 from sparkrun.feedback import get_feedback
 from tests.conftest import drain
@@ -22,7 +23,7 @@ def _ids(spans) -> set[tuple]:
 
 def _replayed(events) -> list:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider(id_generator=OperationIdGenerator())
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     otel.replay(events, tracer_provider=provider, name="relay")
     return list(exporter.get_finished_spans())
@@ -59,7 +60,7 @@ def test_replay_keeps_event_times_and_statuses(sctx):
 
 def test_replay_returns_operation_ids_of_each_operation(sctx):
     first, second = _record(sctx), _record(sctx)
-    ids = otel.replay(first + second, tracer_provider=TracerProvider())
+    ids = otel.replay(first + second, tracer_provider=TracerProvider(id_generator=OperationIdGenerator()))
     assert ids == [first[0]["operation_id"], second[0]["operation_id"]]
 
 
@@ -88,4 +89,4 @@ def test_read_events_rejects_non_events(tmp_path, line, problem):
 def test_bad_operation_id_in_replay_is_a_value_error():
     event = {"type": "feedback", "operation_id": "zz", "timestamp": 1.0, "message": "x"}
     with pytest.raises(ValueError, match="operation_id is 'zz'; it must be 32 hex characters"):
-        otel.replay([event], tracer_provider=TracerProvider())
+        otel.replay([event], tracer_provider=TracerProvider(id_generator=OperationIdGenerator()))

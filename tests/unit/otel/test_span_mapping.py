@@ -7,7 +7,7 @@ import threading
 import pytest
 from opentelemetry.trace import StatusCode
 
-from otel.ids import activity_span_id, root_span_id
+from otel.ids import OperationIdGenerator, activity_span_id, root_span_id
 from sparkrun.core.operation import operation_scope
 from sparkrun.errors import OperationCancelled
 from sparkrun.feedback import get_feedback
@@ -317,7 +317,7 @@ def test_the_last_report_survives_when_sampling_room_is_used_up():
         for i in range(200)
     ]
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider(id_generator=OperationIdGenerator())
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     otel.replay(events, tracer_provider=provider)
     (span,) = [s for s in exporter.get_finished_spans() if s.name == "slow"]
@@ -383,3 +383,26 @@ def test_a_child_that_opens_after_its_parent_ended_is_still_its_child(captured, 
     late = captured.span("oci-relay.late")
     assert late.parent.span_id == activity_span_id(operation.operation_id, parent.activity_id)
     assert late.context.trace_id == captured.span("oci-relay").context.trace_id
+
+
+def test_a_provider_that_does_not_take_chosen_ids_says_so_once(sctx, caplog):
+    import logging
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel.span_mapper import SpanMapper
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()  # the SDK's random ids: trace id = operation id cannot hold
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    mapper = SpanMapper(provider)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            with operation_scope(sctx, name="relay", observers=[mapper]) as operation:
+                get_feedback("p").progress("still traced")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "otel.span_mapper"]
+    assert len(warnings) == 1 and "trace ids are not operation ids" in warnings[0]
+    roots = [span for span in exporter.get_finished_spans() if span.name == "sparkrun.relay"]
+    assert len(roots) == 2 and all(_hex(r.context.trace_id, 32) != operation.operation_id for r in roots)
