@@ -6,6 +6,12 @@ OpenTelemetry adapter or the daemon journal) and its cancellation flag.
 Delivery is synchronous and serialized per operation: subscribers see events
 one at a time, in the order they were produced, and an event produced from
 inside a subscriber callback is not delivered again.
+
+
+Why one module of this size: the operation, its scope, its observers and its
+processors are the delivery contract of the feedback specification (serialized,
+non-recursive, contained failures); the protocols it needs from a context
+and the logging bridge are declared here so neither is imported.
 """
 
 from __future__ import annotations

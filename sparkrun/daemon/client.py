@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkrun.daemon.server import DaemonPaths, lock_held, read_info, read_token
+from sparkrun.daemon.files import DaemonPaths, lock_held, read_info, read_token
 from sparkrun.errors import DaemonError
 
 __all__ = ["DaemonClient", "StreamEvent", "StreamExpired", "parse_sse"]

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from sparkrun.daemon.server import DaemonInfo, DaemonPaths, lock_held, read_info
+from sparkrun.daemon.files import DaemonInfo, DaemonPaths, lock_held, read_info
 from sparkrun.errors import DaemonError
 
 __all__ = ["start", "stop"]

@@ -6,6 +6,14 @@ it is terminal, so a cancel accepted in any non-terminal state takes effect
 answer). The events one read of the worker delivers are journaled in one
 transaction and wake stream subscribers at once. Requests reach the journal
 through :meth:`JobManager.read`, off the event loop.
+
+
+Why one module of this size: a job's life is one state machine (queued,
+starting, running, waiting for input, terminal) whose transitions race with
+cancellation; keeping every transition next to the others is what makes
+"the first conclusion wins" and "a cancel in any state takes effect" easy
+to check. Spawning and reading a worker live in ``worker_process``, stream
+wake-ups in ``wakeups``.
 """
 
 from __future__ import annotations

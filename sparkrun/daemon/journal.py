@@ -7,6 +7,11 @@ the disk. Appends must stay fast as a job grows, so the bounds bookkeeping lives
 memory (rebuilt from one indexed query after a restart) and an append never rescans a
 job's events. One connection in WAL mode with ``synchronous=NORMAL`` makes every
 committed append survive ``kill -9`` of the daemon.
+
+Why one module of this size: the journal is one class around one SQLite
+connection and one lock, and its invariants (sequences without gaps, the
+bounds, the in-memory counters matching the table) hold across all of its
+methods; split, they would have to be re-established at each seam.
 """
 
 from __future__ import annotations

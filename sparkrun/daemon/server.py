@@ -1,11 +1,10 @@
 """Running the daemon: one per state directory, loopback by default, token auth.
 
-``STATE/daemon/`` holds the ``token`` (mode 0600, kept across restarts so
-clients keep working), ``daemon.json`` ({url, pid, identity}) while it runs,
-a lock file whose flock is held for the daemon's lifetime (the proof that a
-daemon runs: a dead one, even a zombie, holds no lock), the SQLite journal
-and the workers' logs. Every file problem is one error naming the file and
-what to do.
+It takes the state directory's lock and token (:mod:`sparkrun.daemon.files`),
+binds its port itself (so a busy port is one clear error), opens the journal,
+recovers what a previous daemon left, and serves the HTTP API with uvicorn on
+connections that must send their headers in time, within a connection cap
+sized to the process's open-file limit.
 """
 
 from __future__ import annotations
@@ -13,65 +12,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
 import functools
 import ipaddress
 import json
 import logging
 import os
 import resource
-import secrets
 import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from sparkrun.core.processes import ProcessIdentity
+from sparkrun.daemon.files import DaemonPaths, ensure_token, hold_lock
 from sparkrun.daemon.log_limits import RateLimitedLog
 from sparkrun.errors import DaemonError
 
-__all__ = [
-    "DaemonInfo",
-    "DaemonPaths",
-    "ServeOptions",
-    "lock_held",
-    "read_info",
-    "read_token",
-    "serve",
-]
+__all__ = ["ServeOptions", "serve"]
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DaemonPaths:
-    state_dir: Path
-
-    @property
-    def directory(self) -> Path:
-        return self.state_dir / "daemon"
-
-    @property
-    def token(self) -> Path:
-        return self.directory / "token"
-
-    @property
-    def info(self) -> Path:
-        return self.directory / "daemon.json"
-
-    @property
-    def lock(self) -> Path:
-        return self.directory / "lock"
-
-    @property
-    def journal(self) -> Path:
-        return self.directory / "journal.sqlite3"
-
-    @property
-    def log(self) -> Path:
-        return self.directory / "daemon.log"
 
 
 @dataclass(frozen=True)
@@ -92,15 +53,6 @@ class ServeOptions:
     metrics: bool = True
 
 
-@dataclass(frozen=True)
-class DaemonInfo:
-    """What ``daemon.json`` says about the running daemon."""
-
-    url: str
-    pid: int
-    identity: ProcessIdentity | None
-
-
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -108,93 +60,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def read_token(paths: DaemonPaths) -> str:
-    """The daemon's bearer token; every unusable token file is a one-line error naming it."""
-    path = paths.token
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DaemonError(f"no daemon token; start the daemon first (path={path})") from None
-    except IsADirectoryError:
-        raise DaemonError(f"the token path is a directory (path={path}); remove it and start the daemon") from None
-    except OSError as error:
-        raise DaemonError(f"cannot read the daemon token (path={path}, {error.strerror})") from None
-    try:
-        token = raw.decode("ascii").strip()
-    except UnicodeDecodeError:
-        token = ""
-    if not token or any(c.isspace() for c in token) or len(token) > 512:
-        raise DaemonError(
-            f"the daemon token file is empty or not a token (path={path}); "
-            "delete it and restart the daemon to make a new one"
-        )
-    return token
-
-
-def _ensure_token(paths: DaemonPaths) -> str:
-    if paths.token.exists() or paths.token.is_symlink():
-        token = read_token(paths)
-        os.chmod(paths.token, 0o600)
-        return token
-    token = secrets.token_urlsafe(32)
-    descriptor = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        file.write(token + "\n")
-    return token
-
-
-def read_info(paths: DaemonPaths) -> DaemonInfo | None:
-    """``daemon.json`` of the daemon of this state, None if there is none; malformed is a clear error."""
-    path = paths.info
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        data = None
-    url, pid = (data.get("url"), data.get("pid")) if isinstance(data, dict) else (None, None)
-    if not isinstance(url, str) or not url.startswith("http") or type(pid) is not int or pid <= 1:
-        raise DaemonError(
-            f"the daemon record is malformed (path={path}, expected {{url, pid}}); "
-            "if no daemon runs, `sparkrun daemon stop` removes it"
-        )
-    return DaemonInfo(url, pid, ProcessIdentity.from_json(data.get("identity")))
-
-
-def lock_held(paths: DaemonPaths) -> bool:
-    """Whether a live daemon holds this state directory's lock (a dead one cannot)."""
-    try:
-        handle = open(paths.lock, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return False
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
-
-
-def _lock(paths: DaemonPaths) -> IO[str]:
-    if paths.lock.is_dir():
-        raise DaemonError(f"the daemon lock path is a directory (path={paths.lock}); remove it")
-    handle = open(paths.lock, "a+", encoding="utf-8")  # noqa: SIM115 - held for the daemon's lifetime
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        try:
-            running = read_info(paths)
-        except DaemonError:
-            running = None
-        raise DaemonError(
-            f"a daemon already runs for this state directory (state_dir={paths.state_dir}, "
-            f"pid={running.pid if running else '?'}, url={running.url if running else '?'})"
-        ) from None
-    return handle
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -352,9 +217,9 @@ def serve(options: ServeOptions, *, on_listening: Callable[[str], None] | None =
         os.chmod(paths.directory, 0o700)
     except OSError as error:
         raise DaemonError(f"cannot use the daemon directory (path={paths.directory}, {error.strerror})") from None
-    lock = _lock(paths)
+    lock = hold_lock(paths)
     try:
-        token = _ensure_token(paths)
+        token = ensure_token(paths)
         asyncio.run(_serve(options, paths, token, on_listening))
     finally:
         with contextlib.suppress(OSError):
