@@ -42,8 +42,9 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# --durations: the slowest tests are listed after every run, so a test that grows slow shows up.
 test: lint $(PHOENIX_VENV)/.installed prometheus
-	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python $(PY) -m pytest
+	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python $(PY) -m pytest --durations=15
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_feedback.py

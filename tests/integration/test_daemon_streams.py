@@ -2,7 +2,10 @@
 
 Every test starts its own ``sparkrun daemon serve`` (see :mod:`tests.integration.daemon_harness`)
 with the test operations of :mod:`tests.integration.daemon_plugins`, and stops it, its
-workers and any deployment afterwards.
+workers and any deployment afterwards. The cursor rules themselves (cursors within range, 410,
+the gap of a stream without a cursor, malformed cursors, unknown jobs) are checked in process,
+in milliseconds, by ``tests/unit/test_daemon_cursors.py``; these tests keep what needs a real
+daemon: events a worker journals, live pushes, keepalives, trimming under a reader's feet.
 """
 
 from __future__ import annotations
@@ -47,35 +50,6 @@ def _open_stream(daemon: DaemonProcess, stack: contextlib.ExitStack, job_id: str
 # -- the event stream -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "params, headers, shown",
-    [
-        ({"after": "-1"}, {}, "'-1'"),
-        ({"after": "abc"}, {}, "'abc'"),
-        ({"after": "1.5"}, {}, "'1.5'"),
-        ({}, {"Last-Event-ID": "x"}, "'x'"),
-        ({}, {"Last-Event-ID": "-3"}, "'-3'"),
-        ({"after": "²"}, {}, "'²'"),
-        ({"after": "١٢"}, {}, "'١٢'"),
-        ({"after": str(2**63)}, {}, f"'{2**63}'"),
-    ],
-)
-def test_a_negative_or_non_numeric_cursor_is_400(daemon, params, headers, shown):
-    job = daemon.submit("burst", count=3)
-    daemon.wait_state(job["job_id"])
-    response = daemon.client.get(f"/v1/jobs/{job['job_id']}/events", params=params, headers=headers)
-    assert response.status_code == 400
-    assert response.headers["content-type"] == "application/json"
-    assert response.json() == {"error": f"the cursor must be a non-negative integer (after={shown})"}
-
-
-def test_a_bad_follow_flag_is_400(daemon):
-    job = daemon.submit("burst", count=3)
-    response = daemon.client.get(f"/v1/jobs/{job['job_id']}/events", params={"follow": "maybe"})
-    assert response.status_code == 400
-    assert response.json() == {"error": "follow must be true or false (follow='maybe')"}
-
-
 def test_sse_ids_are_the_journal_sequences(daemon):
     job_id = daemon.submit("burst", count=50)["job_id"]
     job = daemon.wait_state(job_id)
@@ -91,30 +65,6 @@ def test_sse_ids_are_the_journal_sequences(daemon):
     assert [body["current"] for _, body in stored] == list(range(50))
     assert {body["operation_id"] for _, body in stored} == {job["operation_id"]}
     assert events[-1] == StreamEvent("end", {"state": "succeeded", "last_seq": 50}, None)
-
-
-@pytest.mark.parametrize("how", ["after", "last-event-id"])
-def test_replay_after_a_cursor_returns_exactly_the_later_events(daemon, how):
-    job_id = daemon.submit("burst", count=50)["job_id"]
-    daemon.wait_state(job_id)
-    everything = message_events(daemon.replay(job_id))
-
-    def replay(cursor: int) -> list[StreamEvent]:
-        if how == "after":
-            return daemon.replay(job_id, after=cursor)
-        url = f"/v1/jobs/{job_id}/events"
-        headers = {"Last-Event-ID": str(cursor)}
-        with daemon.client.stream("GET", url, params={"follow": "false"}, headers=headers) as response:
-            assert response.status_code == 200
-            return list(parse_sse(response.iter_lines()))
-
-    for cursor in (0, 1, 20, 49):
-        events = replay(cursor)
-        assert [event.seq for event in message_events(events)] == list(range(cursor + 1, 51))
-        assert message_events(events) == everything[cursor:]
-        assert events[-1] == StreamEvent("end", {"state": "succeeded", "last_seq": 50}, None)
-    for cursor in (50, 500):  # at or past the end: nothing but the end
-        assert replay(cursor) == [StreamEvent("end", {"state": "succeeded", "last_seq": 50}, None)]
 
 
 def test_follow_false_replays_and_closes_while_the_job_still_runs(daemon):

@@ -201,7 +201,9 @@ def test_a_huge_log_is_tailed_by_seeking_and_streamed_without_blocking_the_daemo
 # -- class 7: races ------------------------------------------------------------------------------
 
 
-def test_thirty_immediate_cancels_all_take_effect(daemon):
+def test_thirty_immediate_cancels_all_take_effect(start_daemon):
+    workers = 4
+    daemon = start_daemon(args=("--max-workers", str(workers)))
     jobs = []
     for _ in range(30):
         job_id = daemon.submit("sleep", seconds=30)["job_id"]
@@ -209,7 +211,15 @@ def test_thirty_immediate_cancels_all_take_effect(daemon):
         assert response.status_code == 200, response.text
         jobs.append((job_id, response.json()["state"]))
     assert {state for _, state in jobs} == {"cancelled"}
-    time.sleep(1)  # a job a cancel missed would start and run meanwhile
+    # Jobs start in order, one per free slot. Once jobs submitted after the thirty hold every slot at
+    # the same time, none of the thirty is running or can still start: a job a cancel missed would be
+    # holding a slot (for its 30 s sleep) and, once done, would not be in state cancelled.
+    later = [daemon.submit("sleep", seconds=60)["job_id"] for _ in range(workers)]
+    wait_for(
+        lambda: all(daemon.job(job_id)["state"] == "running" for job_id in later),
+        timeout=90,
+        what=f"{workers} later jobs to hold every worker slot",
+    )
     states = {daemon.job(job_id)["state"] for job_id, _ in jobs}
     assert states == {"cancelled"}
     assert not [pid for pid in (daemon.job(j)["worker_pid"] for j, _ in jobs) if pid and process_alive(pid)]

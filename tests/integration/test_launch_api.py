@@ -8,7 +8,6 @@ import re
 import signal
 import socket
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 from queue import SimpleQueue
@@ -23,6 +22,7 @@ from sparkrun.core.distribution import register_provider, unregister_provider
 from sparkrun.errors import DeploymentError, LaunchError, RecipeError
 from sparkrun.schemas import load_schema
 from tests.conftest import drain
+from tests.integration.daemon_harness import process_alive, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,10 +201,7 @@ def test_readiness_timeout_stops_what_it_started(recipes, context):
         api.run(api.RunOptions(recipe=name), sctx=context)
     started = [e for e in drain(context.queue) if e["type"] == "feedback" and e.get("stage") == "start"]
     pid = started[0]["metrics"]["pid"]
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.05)
-    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+    wait_for(lambda: not process_alive(pid), what=f"the unready workload (pid {pid}) to be stopped")
 
 
 def test_stop_of_something_not_running(recipes, context):
@@ -212,7 +209,7 @@ def test_stop_of_something_not_running(recipes, context):
         api.stop("ghost", sctx=context)
     result = api.run(api.RunOptions(recipe="my-recipe"), sctx=context)
     os.killpg(result.pids[0], signal.SIGKILL)
-    time.sleep(0.3)
+    wait_for(lambda: not process_alive(result.pids[0]), what="the killed workload to be gone")
     with pytest.raises(DeploymentError, match=r"deployment is not running; its record is removed"):
         api.stop("my-recipe", sctx=context)
     with pytest.raises(ValueError, match="name is required unless all=True"):
@@ -243,18 +240,8 @@ def test_stop_ends_the_whole_group_and_escalates(recipes, context):
     child = int(line.split()[1])
     (stopped,) = api.stop(name, grace=0.5, sctx=context)
     assert stopped.outcome == "killed"
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _running(child):
-        time.sleep(0.05)
-    assert not _running(child)  # the child went down with its group
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    # The child went down with its group.
+    wait_for(lambda: not process_alive(child), what=f"the workload's child (pid {child}) to be gone")
 
 
 def test_remote_hosts_are_refused(recipes, context):

@@ -3,15 +3,14 @@
 Neither the Collector, Tempo, Jaeger nor Grafana can run here (no binaries, no container
 engine), so these tests prove what can be proven without them: every component a pipeline
 names is defined and every defined one is used, the processors are ordered, the span-metrics
-connector bridges traces to metrics with low-cardinality dimensions, the compose stack mounts
-files that exist, and prometheus.yml passes the real ``promtool check config``.
+connector bridges traces to metrics with low-cardinality dimensions, and the compose stack mounts
+files that exist. That prometheus.yml passes the real ``promtool check config`` is checked in
+``tests/integration/test_promtool.py``: it needs the external ``promtool`` binary.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -330,45 +329,3 @@ def test_daemon_scrape_uses_the_mounted_bearer_token(prometheus, compose):
     assert token_mount["read_only"] is True and token_mount["bind"]["create_host_path"] is False
     assert token_mount["source"].startswith("${SPARKRUN_TOKEN_FILE:-")
     assert "host.docker.internal:host-gateway" in service["extra_hosts"]
-
-
-def _promtool() -> str:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool not found: run `make prometheus` (installs Debian's prometheus package, which ships it)")
-    return promtool
-
-
-def _check_config(promtool: str, text: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    config = tmp_path / "prometheus.yml"
-    config.write_text(text)
-    return subprocess.run(
-        [promtool, "check", "config", str(config)], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def _with_real_token_file(prometheus_text: str, prometheus: dict, tmp_path: Path) -> str:
-    """prometheus.yml with the container's token path replaced by a real file (promtool checks it exists)."""
-    token = tmp_path / "sparkrun-token"
-    token.write_text("0123456789abcdef\n")
-    text = prometheus_text
-    for job in prometheus["scrape_configs"]:
-        if "authorization" in job:
-            text = text.replace(job["authorization"]["credentials_file"], str(token))
-    return text
-
-
-def test_promtool_accepts_prometheus_yml(prometheus, tmp_path):
-    promtool = _promtool()
-    result = _check_config(promtool, _with_real_token_file(PROMETHEUS.read_text(), prometheus, tmp_path), tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout + result.stderr
-
-
-def test_promtool_rejects_a_broken_copy(prometheus, tmp_path):
-    # Proves the check above is real: the same file with one misspelt field fails.
-    promtool = _promtool()
-    text = _with_real_token_file(PROMETHEUS.read_text(), prometheus, tmp_path).replace("metrics_path:", "metric_path:")
-    result = _check_config(promtool, text, tmp_path)
-    assert result.returncode != 0
-    assert "metric_path" in result.stdout + result.stderr

@@ -234,8 +234,28 @@ def test_fan_out_calls_subscribers_in_order_and_skips_none():
     assert calls == [("first", event), ("second", event)]
 
 
-def test_fan_out_of_nothing_accepts_events():
-    fan_out(None)({"type": "log"})
+def test_fan_out_of_nothing_delivers_to_nobody_and_returns_none():
+    for deliver in (fan_out(), fan_out(None), fan_out(None, None)):
+        assert callable(deliver)
+        assert deliver({"type": "log"}) is None
+
+
+def test_fan_out_hands_each_event_to_every_subscriber_once_in_order():
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def subscriber(name: str):
+        def receive(event: dict[str, Any]) -> str:
+            calls.append((name, event))
+            return f"{name} returned"  # what a subscriber returns is not passed on
+
+        return receive
+
+    deliver = fan_out(subscriber("first"), None, subscriber("second"), subscriber("third"))
+    one, two = {"type": "log", "n": 1}, {"type": "log", "n": 2}
+    assert deliver(one) is None
+    assert deliver(two) is None
+    assert calls == [("first", one), ("second", one), ("third", one), ("first", two), ("second", two), ("third", two)]
+    assert all(event is one for _, event in calls[:3])  # the event itself, not a copy
 
 
 def _lines_for(events_into, produce, **options) -> list[str]:

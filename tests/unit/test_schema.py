@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sparkrun.core.envelope import MAX_TEXT_CHARS
 from sparkrun.core.operation import operation_scope
 from sparkrun.feedback import get_feedback
 from sparkrun.schemas import load_schema
@@ -113,11 +114,49 @@ def test_any_payload_is_schema_valid_or_a_value_error(message, level, fields):
     FEEDBACK.validate(_as_json(event))
 
 
+def _identity_is_valid(value: object) -> bool:
+    """What ``child()`` accepts for source, host and activity_id: omitted, or a string of 1 to 512 characters."""
+    return value is None or (isinstance(value, str) and 0 < len(value) <= MAX_TEXT_CHARS)
+
+
+#: Omitted and short values weighted up: about a quarter of the draws are then wholly valid identities.
+_identity = st.one_of(st.none(), st.text(min_size=1, max_size=12), _text, _scalar)
+
+
 @settings(max_examples=200, deadline=None)
-@given(source=st.one_of(_text, _scalar), host=st.one_of(_text, _scalar), activity_id=st.one_of(_text, _scalar))
+@given(source=_identity, host=_identity, activity_id=_identity)
 def test_any_reporter_identity_is_valid_or_a_value_error(source, host, activity_id):
-    try:
-        reporter = get_feedback("root").child(source=source, host=host, activity_id=activity_id)
-    except ValueError:
+    root = get_feedback("root")
+    given_fields = {"source": source, "host": host, "activity_id": activity_id}
+    invalid = [name for name, value in given_fields.items() if not _identity_is_valid(value)]
+    if invalid:
+        with pytest.raises(ValueError) as caught:
+            root.child(source=source, host=host, activity_id=activity_id)
+        assert str(caught.value).startswith(tuple(invalid)), (invalid, str(caught.value))
         return
-    FEEDBACK.validate(_as_json(reporter.progress("x", log_message=False)))
+    child = root.child(source=source, host=host, activity_id=activity_id)
+    event = child.progress("x", log_message=False)
+    FEEDBACK.validate(_as_json(event))
+    expected = {
+        "source": "root" if source is None else source,  # an omitted source or host is inherited
+        "host": host,
+        "activity_id": child.activity_id if activity_id is None else activity_id,
+        "parent_id": root.activity_id,
+    }
+    assert (child.source, child.host, child.activity_id, child.parent_id) == tuple(expected.values())
+    assert {name: event.get(name) for name in expected} == expected
+    assert child.activity_id != root.activity_id and event["operation_id"] == root.operation_id
+
+
+@pytest.mark.parametrize(
+    ("identity", "message"),
+    [
+        ({"source": ""}, "source is empty; it must be 1 to 512 characters"),
+        ({"host": "h" * 513}, "host is 513 characters long; the limit is 512"),
+        ({"activity_id": 7}, "activity_id must be a string, not int 7"),
+    ],
+)
+def test_an_invalid_reporter_identity_names_the_field(identity, message):
+    with pytest.raises(ValueError) as caught:
+        get_feedback("root").child(**identity)
+    assert str(caught.value) == message
