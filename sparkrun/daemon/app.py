@@ -85,14 +85,6 @@ async def _body(request: Request, shape: str) -> dict[str, Any]:
     return await read_body(request, shape, max_bytes=settings.max_body_bytes, timeout=settings.body_timeout)
 
 
-def _manager(request: Request) -> JobManager:
-    return request.app.state.manager
-
-
-def _settings(request: Request) -> DaemonSettings:
-    return request.app.state.settings
-
-
 # -- handlers ------------------------------------------------------------------------------
 
 
