@@ -12,6 +12,12 @@ while half the budget is left. The last report held back is recorded when
 the activity ends, in the slot kept for it. Everything else is counted as
 coalesced.
 
+A *timed* activity was measured elsewhere (a controller span on its own
+clock, a benchmark attempt): a report carrying the metric ``started_at``
+(Unix seconds) sets its start, and a terminal report carrying
+``duration_seconds`` as well ends it ``duration_seconds`` after that start,
+whatever the reports' own timestamps.
+
 Decisions go to :class:`ActivitySink` objects: the span emitter turns them
 into spans, the metrics sink into counters and histograms. The daemon uses
 the tracker with the metrics sink alone.
@@ -19,7 +25,7 @@ the tracker with the metrics sink alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sparkrun.core.events import FeedbackEvent
 
@@ -43,6 +49,7 @@ class Activity:
         "host",
         "last_message",
         "last_recorded_at",
+        "metrics",
         "parent_id",
         "pending",
         "recorded",
@@ -52,6 +59,7 @@ class Activity:
         "started_at",
         "status",
         "synthesized",
+        "timed",
         "total",
         "total_kind",
         "unit",
@@ -71,11 +79,15 @@ class Activity:
         self.current: int | float | None = None
         self.total: int | float | None = None
         self.pending: FeedbackEvent | None = None
+        #: The metrics of the latest report that had any: on the span when it ends.
+        self.metrics: Mapping[str, object] | None = None
         self.last_message = ""
         self.reports = self.recorded = self.coalesced = 0
         self.last_recorded_at = started_at
         self.bytes_seen: int | float = 0
         self.ended = False
+        #: ``started_at`` came from a report's metrics: the real start, measured elsewhere.
+        self.timed = False
 
 
 class ActivitySink:
@@ -94,10 +106,33 @@ class ActivitySink:
         """``event`` is worth a span event of ``activity``."""
 
     def ended(self, activity: Activity, end_time: float, *, unfinished: bool) -> None:
-        """``activity`` ended: by a terminal status, or ``unfinished`` when its operation ended first."""
+        """``activity`` ended at ``end_time``: by a terminal status, or ``unfinished`` when its operation ended first.
+
+        ``activity.started_at`` and ``end_time`` are the real times of a timed activity.
+        """
 
     def late(self, event: FeedbackEvent) -> None:
         """A report of an activity that had already ended."""
+
+
+def _seconds(value: object) -> float | None:
+    """``value`` as a non-negative number of seconds, else None (a boolean is not a number here)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
+def _time_start(activity: Activity, started_at: object) -> None:
+    """A report's ``started_at`` metric is the activity's real start (Unix seconds, so never 0)."""
+    seconds = _seconds(started_at)
+    if seconds:
+        activity.started_at, activity.timed = seconds, True
+
+
+def _end_time(activity: Activity, event: FeedbackEvent, metrics: Mapping[str, object] | None) -> float:
+    """A timed activity ends ``duration_seconds`` after its real start; any other at its terminal report."""
+    duration = _seconds(metrics.get("duration_seconds")) if metrics and activity.timed else None
+    return event["timestamp"] if duration is None else activity.started_at + duration
 
 
 class ActivityTracker:
@@ -127,6 +162,11 @@ class ActivityTracker:
             activity.stage, significant = stage, True
         if status is not None and status != activity.status:
             activity.status, significant = status, True
+        metrics = event.get("metrics")
+        if metrics is not None:
+            activity.metrics = metrics
+            if "started_at" in metrics:
+                _time_start(activity, metrics["started_at"])
         transferred = self._count(activity, event) if "current" in event else 0
         for sink in self._sinks:
             sink.counted(activity, event, transferred)
@@ -140,10 +180,9 @@ class ActivityTracker:
             if event["timestamp"] - activity.last_recorded_at >= SAMPLE_INTERVAL_SECONDS:
                 self._sample_pending(activity)
         if status in _TERMINAL:
-            metrics = event.get("metrics")
             error_type = metrics.get("error_type") if metrics else None
             activity.error_type = error_type if isinstance(error_type, str) else None
-            self._end(activity, event["timestamp"], unfinished=False)
+            self._end(activity, _end_time(activity, event, metrics), unfinished=False)
 
     def finish(self, end_time: float) -> None:
         """The operation ended: end every activity still open, children before their parents."""
@@ -212,6 +251,7 @@ class ActivityTracker:
             activity.pending = None
 
     def _end(self, activity: Activity, end_time: float, *, unfinished: bool) -> None:
+        end_time = max(end_time, activity.started_at)  # a timed start may lie after the operation's end
         if activity.pending is not None:  # the last report; samples and significant reports left room for it
             self._record(activity, activity.pending)
             activity.pending = None

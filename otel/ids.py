@@ -1,44 +1,19 @@
-"""Trace and span ids derived from sparkrun's own ids.
+"""The id generator that gives sparkrun's spans the ids derived from sparkrun's own ids.
 
-The trace id of an operation is its operation id. Span ids are a hash of
-(operation id, kind, key), so exporting the same events twice (live, then
-replayed from a journal) yields the same ids, and an activity id chosen by a
-producer can never collide with the root or a launch phase.
+The derivation itself (trace id = operation id, span ids hashed from
+operation and activity ids) is :mod:`sparkrun.core.trace_ids`, re-exported
+here for the adapter's modules.
 """
 
 from __future__ import annotations
 
 import threading
-from hashlib import blake2b
 
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 
+from sparkrun.core.trace_ids import activity_span_id, phase_span_id, root_span_id, trace_id_of
+
 __all__ = ["OperationIdGenerator", "activity_span_id", "phase_span_id", "root_span_id", "trace_id_of"]
-
-
-def trace_id_of(operation_id: str) -> int:
-    """The OpenTelemetry trace id of an operation (its 32-hex id as an integer)."""
-    value = int(operation_id, 16) if len(operation_id) == 32 else 0
-    if value == 0:
-        raise ValueError(f"operation_id is {operation_id!r}; it must be 32 hex characters, not all zero")
-    return value
-
-
-def _span_id(operation_id: str, kind: str, key: str) -> int:
-    digest = blake2b(f"{kind}\x00{operation_id}\x00{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") or 1
-
-
-def root_span_id(operation_id: str) -> int:
-    return _span_id(operation_id, "root", "")
-
-
-def activity_span_id(operation_id: str, activity_id: str) -> int:
-    return _span_id(operation_id, "activity", activity_id)
-
-
-def phase_span_id(operation_id: str, slug: str) -> int:
-    return _span_id(operation_id, "phase", slug)
 
 
 class OperationIdGenerator(IdGenerator):

@@ -10,11 +10,12 @@ activity's ids (:mod:`otel.ids`) when the provider takes chosen ids.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanContext, Status, StatusCode, Tracer
 
 from otel.activity_tracker import Activity, ActivitySink
 from otel.ids import OperationIdGenerator, activity_span_id, phase_span_id, root_span_id, trace_id_of
@@ -47,6 +48,11 @@ def _text_of(error: BaseException) -> str:
         return type(error).__name__
 
 
+def _metric_attributes(metrics: Mapping[str, object]) -> dict[str, Any]:
+    """``sparkrun.metric.<name>`` for each metric with a value."""
+    return {f"sparkrun.metric.{name}": value for name, value in metrics.items() if value is not None}
+
+
 def _report_attributes(event: FeedbackEvent) -> dict[str, Any]:
     attributes: dict[str, Any] = {"message": event["message"]}
     get = event.get
@@ -56,9 +62,7 @@ def _report_attributes(event: FeedbackEvent) -> dict[str, Any]:
             attributes[key] = value
     metrics = get("metrics")
     if metrics:
-        for name, value in metrics.items():
-            if value is not None:
-                attributes[f"sparkrun.metric.{name}"] = value
+        attributes.update(_metric_attributes(metrics))
     return attributes
 
 
@@ -76,18 +80,21 @@ def _finish_status(span: Span, status: str | None, message: str, error_type: str
 
 
 class _Handle:
-    """An activity's span, and the context its children start in (made when the first child opens)."""
+    """An activity's span, started only when the activity ends: only then are its real times known.
 
-    __slots__ = ("context", "span")
+    Until then the handle keeps the span's name, parent context, attributes and
+    recorded events. Children need no started parent: with derived ids the
+    parent's span context is known in advance.
+    """
 
-    def __init__(self, span: Span) -> None:
-        self.span = span
+    __slots__ = ("attributes", "context", "events", "name", "parent", "span")
+
+    def __init__(self, name: str, parent: Context, attributes: dict[str, Any]) -> None:
+        self.name, self.parent, self.attributes = name, parent, attributes
+        self.events: list[tuple[str, dict[str, Any], int]] = []
+        self.span: Span | None = None
+        #: The context children start in, made when the first child opens.
         self.context: Context | None = None
-
-    def children(self) -> Context:
-        if self.context is None:
-            self.context = _child_context(self.span)
-        return self.context
 
 
 class SpanEmitter(ActivitySink):
@@ -124,8 +131,33 @@ class SpanEmitter(ActivitySink):
 
     # -- activities (ActivitySink) ------------------------------------------------------
 
+    def _children_of(self, parent: Activity) -> Context:
+        """The context the children of ``parent`` start in, made once per parent."""
+        handle = self._spans[parent.activity_id]
+        if handle.context is None:
+            if handle.span is None and self._ids is not None:  # its id is known before it starts
+                span_id = activity_span_id(self.info.operation_id, parent.activity_id)
+                root = self.root.get_span_context()
+                known = SpanContext(self.trace_id, span_id, False, root.trace_flags, root.trace_state)
+                handle.context = _child_context(trace.NonRecordingSpan(known))
+            else:  # random ids (a foreign provider): a child needs its parent's span started
+                handle.context = _child_context(self._started(handle, parent))
+        return handle.context
+
+    def _started(self, handle: _Handle, activity: Activity) -> Span:
+        """The activity's span, started now if it was not yet (at the activity's start, known by then)."""
+        if handle.span is None:
+            span_id = activity_span_id(self.info.operation_id, activity.activity_id)
+            span = handle.span = self._start(
+                span_id, handle.name, handle.parent, activity.started_at, handle.attributes
+            )
+            for name, attributes, at in handle.events:
+                span.add_event(name, attributes, at)
+            handle.events = []
+        return handle.span
+
     def opened(self, activity: Activity, parent: Activity | None, event: FeedbackEvent) -> None:
-        context = self._root_context if parent is None else self._spans[parent.activity_id].children()
+        context = self._root_context if parent is None else self._children_of(parent)
         attributes: dict[str, Any] = {"sparkrun.activity_id": activity.activity_id, "sparkrun.source": activity.source}
         if activity.synthesized:
             attributes["sparkrun.synthesized"] = True
@@ -134,28 +166,33 @@ class SpanEmitter(ActivitySink):
                 attributes["sparkrun.parent_id"] = activity.parent_id
             if activity.host is not None:
                 attributes["host.name"] = activity.host
-        span_id = activity_span_id(self.info.operation_id, activity.activity_id)
-        self._spans[activity.activity_id] = _Handle(
-            self._start(span_id, activity.source, context, activity.started_at, attributes)
-        )
+        self._spans[activity.activity_id] = _Handle(activity.source, context, attributes)
 
     def adopted(self, activity: Activity, event: FeedbackEvent) -> None:
-        span = self._spans[activity.activity_id].span
-        span.update_name(activity.source)
+        handle = self._spans[activity.activity_id]
         attributes: dict[str, Any] = {"sparkrun.source": activity.source, "sparkrun.synthesized": False}
         if activity.host is not None:
             attributes["host.name"] = activity.host
         if activity.parent_id is not None:
             attributes["sparkrun.parent_id"] = activity.parent_id  # its span stays under the root
-        span.set_attributes(attributes)
+        handle.name = activity.source
+        if handle.span is None:
+            handle.attributes.update(attributes)
+        else:
+            handle.span.update_name(activity.source)
+            handle.span.set_attributes(attributes)
 
     def recorded(self, activity: Activity, event: FeedbackEvent) -> None:
         name = _FEEDBACK_EVENT_NAMES.get(event["level"]) or f"sparkrun.feedback.{event['level']}"
-        self._spans[activity.activity_id].span.add_event(name, _report_attributes(event), _ns(event["timestamp"]))
+        handle = self._spans[activity.activity_id]
+        if handle.span is None:
+            handle.events.append((name, _report_attributes(event), _ns(event["timestamp"])))
+        else:
+            handle.span.add_event(name, _report_attributes(event), _ns(event["timestamp"]))
 
     def ended(self, activity: Activity, end_time: float, *, unfinished: bool) -> None:
         handle = self._spans[activity.activity_id]
-        span = handle.span
+        span = self._started(handle, activity)
         final = {
             "sparkrun.stage": activity.stage,
             "sparkrun.status": activity.status,
@@ -166,6 +203,8 @@ class SpanEmitter(ActivitySink):
             "sparkrun.last_message": activity.last_message[:MAX_TEXT_CHARS] or None,
         }
         attributes = {key: value for key, value in final.items() if value is not None}
+        if activity.metrics:  # the latest metrics, like the final counters, describe the whole activity
+            attributes.update(_metric_attributes(activity.metrics))
         attributes["sparkrun.reports"] = activity.reports
         attributes["sparkrun.coalesced_events"] = activity.coalesced
         if unfinished:
@@ -177,6 +216,7 @@ class SpanEmitter(ActivitySink):
         # Keep only the ended span's identity (for late children): holding the recorded span would keep
         # every event of every activity alive until the operation ended.
         handle.span, handle.context = trace.NonRecordingSpan(span.get_span_context()), None
+        handle.attributes = {}
 
     def late(self, event: FeedbackEvent) -> None:
         self._root_event(

@@ -59,15 +59,20 @@ def _status(span: StoredSpan) -> str:
 
 
 def render_waterfall(spans: list[StoredSpan], *, width: int = 140) -> str:
-    """One line per span: tree, host, status, duration, timeline bar, reports, last message.
+    """One line per span: tree, host, status, duration, start, timeline bar, reports, last message.
 
-    The report column is ``shown+coalesced`` span events.
+    ``start`` is the span's offset from the trace's first start, so imported
+    spans show where their own clock put them. The report column is
+    ``shown+coalesced`` span events.
     """
     roots, children = _children_of(spans)
     start = min(span.start_ns for span in spans)
     end = max(span.end_ns for span in spans)
     total = max(end - start, 1)
-    header = f"{'span':<38} {'host':<12} {'status':<10} {'duration':>8}  {'timeline':<{_BAR_WIDTH}} {'reports':>9}"
+    header = (
+        f"{'span':<38} {'host':<12} {'status':<10} {'duration':>8} {'start':>8}  "
+        f"{'timeline':<{_BAR_WIDTH}} {'reports':>9}"
+    )
     lines = [fit(header + "  last", width)]
 
     def walk(span: StoredSpan, prefix: str, last: bool, depth: int) -> None:
@@ -78,7 +83,8 @@ def render_waterfall(spans: list[StoredSpan], *, width: int = 140) -> str:
         bar = (" " * left + "█" * length)[:_BAR_WIDTH]
         host = fit(str(span.attributes.get("host.name", "")), 12)
         line = (
-            f"{name:<38} {host:<12} {_status(span):<10} {format_duration(span.duration_seconds):>8}  "
+            f"{name:<38} {host:<12} {_status(span):<10} {format_duration(span.duration_seconds):>8} "
+            f"{'+' + format_duration((span.start_ns - start) / 1e9):>8}  "
             f"{bar:<{_BAR_WIDTH}} {_report_count(span):>9}  {_last_message(span)}"
         )
         lines.append(fit(line, width))

@@ -6,5 +6,6 @@ older than feedback API version 1 can feature-detect ``get_feedback``.
 """
 
 from sparkrun.feedback import FEEDBACK_API_VERSION, FeedbackEvent, FeedbackReporter, get_feedback
+from sparkrun.foreign_spans import ForeignSpan, SpanImporter
 
-__all__ = ["FEEDBACK_API_VERSION", "FeedbackEvent", "FeedbackReporter", "get_feedback"]
+__all__ = ["FEEDBACK_API_VERSION", "FeedbackEvent", "FeedbackReporter", "ForeignSpan", "SpanImporter", "get_feedback"]
