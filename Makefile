@@ -41,6 +41,7 @@ demo: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # --durations: the slowest tests are listed after every run, so a test that grows slow shows up.
 test: lint $(PHOENIX_VENV)/.installed prometheus
@@ -53,4 +54,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_stream.py
 
 clean:
-	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info

@@ -34,11 +34,11 @@ class OperationIdGenerator(IdGenerator):
         self._local.ids = (trace_id, span_id)
 
     def generate_trace_id(self) -> int:
-        ids = getattr(self._local, "ids", None)
+        ids: tuple[int, int] | None = getattr(self._local, "ids", None)
         return ids[0] if ids else self._random.generate_trace_id()
 
     def generate_span_id(self) -> int:
-        ids = getattr(self._local, "ids", None)
+        ids: tuple[int, int] | None = getattr(self._local, "ids", None)
         if ids is None:
             return self._random.generate_span_id()
         self._local.ids = None

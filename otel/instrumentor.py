@@ -13,7 +13,10 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+# opentelemetry-instrumentation's instrumentor module opts out of type checking (a file-wide
+# "type: ignore"), so mypy sees neither the class nor its type: it is untyped upstream.
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from otel.span_mapper import SpanMapper
 from sparkrun.core.operation import add_observer, remove_observer
@@ -21,7 +24,7 @@ from sparkrun.core.operation import add_observer, remove_observer
 __all__ = ["SparkrunInstrumentor"]
 
 
-class SparkrunInstrumentor(BaseInstrumentor):
+class SparkrunInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # BaseInstrumentor is untyped upstream
     """Maps every sparkrun operation started after ``instrument()`` to a trace."""
 
     _mapper: SpanMapper | None = None

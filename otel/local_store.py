@@ -23,7 +23,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel.otlp_json import attributes_of, encode_spans
+from otel.otlp_json import attributes_of, context_of, encode_spans
 
 __all__ = ["DEFAULT_MAX_TRACES", "LocalSpanExporter", "StoredSpan", "TraceStore", "TraceSummary"]
 
@@ -124,7 +124,7 @@ class TraceStore:
         """Append ``spans`` to the files of their traces."""
         by_trace: dict[int, list[ReadableSpan]] = defaultdict(list)
         for span in spans:
-            by_trace[span.get_span_context().trace_id].append(span)
+            by_trace[context_of(span).trace_id].append(span)
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
             for trace_id, members in by_trace.items():

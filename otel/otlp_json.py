@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanContext, StatusCode
 
-__all__ = ["attributes_of", "encode_spans"]
+__all__ = ["attributes_of", "context_of", "encode_spans"]
 
 _STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 
@@ -56,8 +56,16 @@ def attributes_of(key_values: Iterable[Mapping[str, Any]] | None) -> dict[str, A
     return {item["key"]: _decode_value(item.get("value", {})) for item in key_values or ()}
 
 
-def _span(span: ReadableSpan) -> dict[str, Any]:
+def context_of(span: ReadableSpan) -> SpanContext:
+    """The span's context: every span the SDK ends has one; a hand-made ``ReadableSpan`` may not."""
     context = span.get_span_context()
+    if context is None:
+        raise ValueError(f"span {span.name!r} has no span context, so it belongs to no trace")
+    return context
+
+
+def _span(span: ReadableSpan) -> dict[str, Any]:
+    context = context_of(span)
     encoded: dict[str, Any] = {
         "traceId": f"{context.trace_id:032x}",
         "spanId": f"{context.span_id:016x}",

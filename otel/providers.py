@@ -15,17 +15,22 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel.environment import PROTOCOLS, check_environment
 from otel.ids import OperationIdGenerator
 from otel.local_store import DEFAULT_MAX_TRACES, LocalSpanExporter, TraceStore
 from sparkrun.config import env_flag, otlp_endpoint
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
 
 __all__ = ["DEFAULT_SHUTDOWN_TIMEOUT", "DeliveryWatch", "Telemetry", "configure"]
 
@@ -33,17 +38,15 @@ _log = logging.getLogger(__name__)
 DEFAULT_SHUTDOWN_TIMEOUT = 2.0
 
 
-class DeliveryWatch:
+class DeliveryWatch(SpanExporter):
     """Wraps a span exporter to count the batches it failed to deliver (the SDK only logs them)."""
 
-    def __init__(self, exporter: Any) -> None:
+    def __init__(self, exporter: SpanExporter) -> None:
         self.exporter = exporter
         self.failed = 0
         self.exported = 0
 
-    def export(self, spans: Any) -> Any:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self.exporter.export(spans)
         except Exception:
@@ -117,13 +120,13 @@ def _resource(env: Mapping[str, str]) -> Any:
     return Resource.create(defaults).merge(detected)
 
 
-def _span_exporter(endpoint: str | None, protocol: str, explicit: bool, store: TraceStore) -> Any:
+def _span_exporter(endpoint: str | None, protocol: str, explicit: bool, store: TraceStore) -> SpanExporter:
     if endpoint is None:
         return LocalSpanExporter(store)
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
-        return OTLPSpanExporter(endpoint=endpoint) if explicit else OTLPSpanExporter()
+        return GrpcSpanExporter(endpoint=endpoint) if explicit else GrpcSpanExporter()
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     if not explicit:
@@ -132,16 +135,21 @@ def _span_exporter(endpoint: str | None, protocol: str, explicit: bool, store: T
     return OTLPSpanExporter(endpoint=base if base.endswith("/v1/traces") else f"{base}/v1/traces")
 
 
-def _metric_readers(env: Mapping[str, str], protocol: str | None) -> list[Any]:
+def _metric_readers(env: Mapping[str, str], protocol: str | None) -> list[MetricReader]:
     if otlp_endpoint(env, "METRICS") is None or protocol is None:
         return []
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 
+    exporter: MetricExporter
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
+
+        exporter = GrpcMetricExporter()
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    return [PeriodicExportingMetricReader(OTLPMetricExporter())]
+
+        exporter = OTLPMetricExporter()
+    return [PeriodicExportingMetricReader(exporter)]
 
 
 def configure(
@@ -196,7 +204,7 @@ def configure(
             resource=resource, shutdown_on_exit=False, span_limits=limits, id_generator=OperationIdGenerator()
         )
         watch = DeliveryWatch(_span_exporter(endpoint, protocol, explicit, store))
-        tracer_provider.add_span_processor(BatchSpanProcessor(watch))  # type: ignore[arg-type]
+        tracer_provider.add_span_processor(BatchSpanProcessor(watch))
         destination = f"otlp {protocol} {endpoint}" if endpoint else f"local store {store.directory}"
     readers = [] if check.metrics_off else _metric_readers(env, check.protocols.get("METRICS"))
     meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)

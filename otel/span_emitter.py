@@ -60,7 +60,7 @@ def _report_attributes(event: FeedbackEvent) -> dict[str, Any]:
         value = get(field)
         if value is not None:
             attributes[key] = value
-    metrics = get("metrics")
+    metrics = event.get("metrics")
     if metrics:
         attributes.update(_metric_attributes(metrics))
     return attributes
@@ -268,11 +268,9 @@ class SpanEmitter(ActivitySink):
         span.set_attribute("sparkrun.label", event["label"])
         step = event.get("step")
         if step:
-            span.add_event(
-                "sparkrun.launch.step",
-                {"message": event["message"], **{f"sparkrun.step.{k}": v for k, v in step.items()}},
-                _ns(at),
-            )
+            # Every field of the step, as it came (a replayed step may carry more than index, total, label).
+            fields: dict[str, Any] = {f"sparkrun.step.{k}": v for k, v in step.items()}
+            span.add_event("sparkrun.launch.step", {"message": event["message"], **fields}, _ns(at))
         if status in _TERMINAL:
             span.set_attribute("sparkrun.status", status)
             if event.get("reason"):

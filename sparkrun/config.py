@@ -82,18 +82,18 @@ def load_config(path: Path | str | None = None, *, state_dir: Path | str | None 
     ``SPARKRUN_STATE_DIR``, then ``state_dir`` in the file, then the XDG default.
     A missing default file is fine; a missing file that was asked for is an error.
     """
-    explicit = path is not None
-    config_path = Path(path).expanduser() if explicit else default_config_path()
+    config_path = Path(path).expanduser() if path is not None else default_config_path()
+    found: Path | None = config_path
     if config_path.exists():
         values = _read_yaml(config_path)
-    elif explicit:
+    elif path is not None:
         raise ConfigError(f"the configuration file does not exist (path={config_path})")
     else:
-        values, config_path = {}, None
+        values, found = {}, None
     if state_dir is not None:
         resolved = Path(state_dir).expanduser()
     elif os.environ.get("SPARKRUN_STATE_DIR") or "state_dir" not in values:
         resolved = default_state_dir()
     else:
         resolved = Path(str(values["state_dir"])).expanduser()
-    return Config(state_dir=resolved, path=config_path, values=values)
+    return Config(state_dir=resolved, path=found, values=values)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -69,7 +70,9 @@ def _check_telemetry(sctx: SparkrunContext) -> str:
 _CHECKS = (("state_dir", _check_state_dir), ("config", _check_config), ("telemetry", _check_telemetry))
 
 
-def _run_check(reporter: FeedbackReporter, name: str, check, sctx: SparkrunContext) -> CheckResult:  # type: ignore[no-untyped-def]
+def _run_check(
+    reporter: FeedbackReporter, name: str, check: Callable[[SparkrunContext], str], sctx: SparkrunContext
+) -> CheckResult:
     activity = reporter.child(source=f"sparkrun.doctor.{name}")
     activity.progress(f"Checking {name}", stage=name, status="running")
     try:

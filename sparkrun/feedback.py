@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sparkrun.core import log_bridge
 from sparkrun.core.envelope import (
     FEEDBACK_API_VERSION,
+    LEVEL_NAMES,
     LEVELS,
     MAX_MESSAGE_CHARS,
     apply_fields,
@@ -28,7 +29,7 @@ from sparkrun.core.envelope import (
     check_message,
     check_text,
 )
-from sparkrun.core.events import FeedbackEvent
+from sparkrun.core.events import FeedbackEvent, Level
 from sparkrun.core.operation import Operation, current_operation, new_operation_id
 from sparkrun.core.short_repr import short_repr
 
@@ -40,7 +41,6 @@ __all__ = ["FEEDBACK_API_VERSION", "FeedbackEvent", "FeedbackReporter", "get_fee
 _log = logging.getLogger(__name__)
 _time = time.time
 _PROGRESS, _WARNING, _ERROR = LEVELS["progress"], LEVELS["warning"], LEVELS["error"]
-_LEVEL_NAMES = {levelno: name for name, levelno in LEVELS.items()}
 #: Heartbeat intervals, seconds: shorter floods consumers, longer says nothing.
 _MIN_HEARTBEAT_INTERVAL = 0.01
 _MAX_HEARTBEAT_INTERVAL = 86_400
@@ -80,14 +80,15 @@ class FeedbackReporter:
             raise ValueError(f"activity_id {self.activity_id!r} is the parent's own activity id; it must differ")
         self._operation = operation
         self._logger = logger if logger is not None else logging.getLogger(self.source)
-        base: dict[str, Any] = {
+        # timestamp, message and level are set by every report (_emit); these only hold their places.
+        base: FeedbackEvent = {
             "type": "feedback",
             "feedback_version": FEEDBACK_API_VERSION,
             "operation_id": operation_id,
             "timestamp": 0.0,
             "source": self.source,
             "message": "",
-            "level": "",
+            "level": "progress",
             "activity_id": self.activity_id,
         }
         if self.parent_id is not None:
@@ -130,7 +131,9 @@ class FeedbackReporter:
             host=self.host if host is None else host,
         )
 
-    def _emit(self, level: str, levelno: int, message: str, fields: dict[str, Any], log_message: bool) -> FeedbackEvent:
+    def _emit(
+        self, level: Level, levelno: int, message: str, fields: dict[str, Any], log_message: bool
+    ) -> FeedbackEvent:
         if type(message) is not str or not 0 < len(message) <= MAX_MESSAGE_CHARS:
             message = check_message(message)
         event = self._base.copy()
@@ -145,7 +148,7 @@ class FeedbackReporter:
         if log_message and self._logger.isEnabledFor(levelno):
             # stacklevel 3: the record names the producer's call site, not progress() or this method
             log_bridge.log_delivered(self._logger, levelno, message, event, stacklevel=3)
-        return event  # type: ignore[return-value]
+        return event
 
     def report(
         self, message: str, *, level: str = "progress", log_message: bool = True, **fields: Any
@@ -158,7 +161,7 @@ class FeedbackReporter:
         display the envelope themselves); delivery happens either way.
         """
         levelno = check_level(level)
-        return self._emit(_LEVEL_NAMES[levelno], levelno, message, fields, log_message)
+        return self._emit(LEVEL_NAMES[levelno], levelno, message, fields, log_message)
 
     def progress(self, message: str, *, log_message: bool = True, **fields: Any) -> FeedbackEvent:
         """Report normal progress (level ``progress``, logged at PROGRESS = 25)."""

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sparkrun.api.manage import DeploymentStatus
 from sparkrun.application import initialize
@@ -61,7 +61,8 @@ class RunResult(DeploymentStatus):
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -122,7 +123,11 @@ def _check_overrides(recipe: Recipe, overrides: Mapping[str, Any]) -> None:
 
 
 def _distribute(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter, state_dir: Path) -> None:
-    wanted = [(kind, ref) for kind, ref in (("image", plan.recipe.image), ("model", plan.recipe.model)) if ref]
+    kinds: tuple[tuple[Literal["image", "model"], str | None], ...] = (
+        ("image", plan.recipe.image),
+        ("model", plan.recipe.model),
+    )
+    wanted = [(kind, ref) for kind, ref in kinds if ref]
     if not wanted:
         tracker.skip("distribute", "the recipe names no image or model")
         return
@@ -156,6 +161,10 @@ def _start(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter,
         pid = identity.pid
         feedback.progress(f"Started {plan.name} (pid {pid})", stage="start", status="running", metrics={"pid": pid})
         tracker.step("runtime", 2, 2, "waiting until ready")
+
+        def readiness_step(index: int, total: int, label: str) -> None:
+            feedback.progress(label, stage="readiness")
+
         try:
             with feedback.heartbeat(lambda: f"Waiting for {plan.name} to become ready", interval=5.0):
                 plan.executor.wait_ready(
@@ -163,7 +172,7 @@ def _start(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter,
                     port=plan.port,
                     readiness=recipe.readiness,
                     log_path=log_path,
-                    on_step=lambda index, total, label: feedback.progress(label, stage="readiness"),
+                    on_step=readiness_step,
                 )
         except BaseException:  # not ready, or interrupted (Ctrl+C): leave nothing unrecorded behind
             plan.executor.stop(identity, grace=2.0)

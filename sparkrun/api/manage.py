@@ -93,7 +93,7 @@ def stop(
     sctx = _context(sctx)
     with operation_scope(sctx, name="stop"):
         store = DeploymentStore(sctx.config.state_dir)
-        if all:
+        if name is None:  # all=True: exactly one of the two was given (checked above)
             targets = [d for d in store.all() if d.alive()]
         else:
             deployment = _find(store, name)

@@ -6,13 +6,18 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sparkrun.cli.daemon_jobs import client_for, job_line, jobs
 from sparkrun.cli.options import Group, UserError, resolved_state_dir, state_dir_option
+
+if TYPE_CHECKING:
+    from sparkrun.daemon.client import DaemonClient
+    from sparkrun.daemon.server import ServeOptions
 
 __all__ = ["daemon"]
 
@@ -33,32 +38,32 @@ _LIMITS = (
     ("keepalive_seconds", click.FloatRange(0.1, 3600), "Seconds between SSE keepalive comments."),
 )
 _FLAGS = {"keepalive_seconds": "--keepalive"}
+_Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def _flag(name: str) -> str:
     return _FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
-def _serve_options(function):  # type: ignore[no-untyped-def]
-    limits = [
+def _serve_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    limits: list[_Decorator] = [
         click.option(_flag(name), name, type=kind, help=f"{text} [config daemon.{name}]")
         for name, kind, text in _LIMITS
     ]
-    for option in reversed(
-        [
-            click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on."),
-            click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0 picks one."),
-            click.option("--allow-remote", is_flag=True, help="Allow a non-loopback --host (warns)."),
-            *limits,
-            click.option("--no-metrics", is_flag=True, help="Do not serve GET /metrics (Prometheus)."),
-            state_dir_option,
-        ]
-    ):
+    options: list[_Decorator] = [
+        click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on."),
+        click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0 picks one."),
+        click.option("--allow-remote", is_flag=True, help="Allow a non-loopback --host (warns)."),
+        *limits,
+        click.option("--no-metrics", is_flag=True, help="Do not serve GET /metrics (Prometheus)."),
+        state_dir_option,
+    ]
+    for option in reversed(options):
         function = option(function)
     return function
 
 
-def _options(state_dir: Path | None, **given: Any):  # type: ignore[no-untyped-def]
+def _options(state_dir: Path | None, **given: Any) -> ServeOptions:
     from sparkrun.config import load_config
     from sparkrun.daemon.server import ServeOptions
 
@@ -173,7 +178,7 @@ def _parse_args(values: tuple[str, ...]) -> dict[str, Any]:
     return arguments
 
 
-def _answer_prompts(client: Any, job_id: str) -> None:
+def _answer_prompts(client: DaemonClient, job_id: str) -> None:
     for prompt in client.prompts(job_id):
         kind, question = prompt["kind"], prompt["question"]
         if kind == "confirm":
@@ -212,7 +217,7 @@ def call(
     ctx.exit(_EXIT_BY_STATE[job["state"]])
 
 
-def _wait_for(client: Any, job_id: str, *, on_terminal: bool) -> dict[str, Any]:
+def _wait_for(client: DaemonClient, job_id: str, *, on_terminal: bool) -> dict[str, Any]:
     """Poll the job until it ends, answering its prompts here; a status line on a terminal meanwhile."""
     from rich.console import Console
 

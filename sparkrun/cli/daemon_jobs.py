@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sparkrun.cli.options import CliState, Group, UserError, resolved_state_dir, state_dir_option
 
+if TYPE_CHECKING:
+    from sparkrun.daemon.client import DaemonClient
+
 __all__ = ["client_for", "job_line", "jobs"]
 
 
-def client_for(state_dir: Path | None) -> Any:
+def client_for(state_dir: Path | None) -> DaemonClient:
     """The client of the daemon of this state directory."""
     from sparkrun.daemon.client import DaemonClient
 
@@ -97,7 +100,7 @@ def events(
     try:
         for item in client.events(job_id, after=after, follow=not no_follow):
             if item.name == "message":
-                render(item.data)
+                render(item.journal_event())
             elif item.name == "gap":
                 render.close()
                 click.echo(f"(events up to {item.data['first_retained'] - 1} are no longer retained)", err=True)
@@ -136,7 +139,9 @@ def trace(ctx: click.Context, job_id: str, export: bool, endpoint: str | None, s
         from sparkrun.cli.telemetry import export_replay
         from sparkrun.errors import ReportedError
 
-        recorded = [item.data for item in client.events(job_id, after=None, follow=False) if item.name == "message"]
+        recorded = [
+            item.journal_event() for item in client.events(job_id, after=None, follow=False) if item.name == "message"
+        ]
         started = job.get("operation_started_at") or job.get("started_at")
         finished = job.get("operation_finished_at") or job.get("finished_at")
         if not recorded and (started is None or finished is None):

@@ -25,36 +25,38 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from sparkrun.cli.render import describe_event
+from sparkrun.cli.render import describe_event, is_feedback, is_progress
+from sparkrun.core.events import Event, FeedbackEvent, ProgressEvent
 
 __all__ = ["EventRecorder", "LiveRenderer", "counter_text", "describe_progress", "fan_out"]
 
 _TERMINAL = ("succeeded", "failed", "skipped")
-_STATUS_STYLE = {"succeeded": "green", "failed": "bold red", "skipped": "dim", "running": "cyan"}
-_DETAIL_LEVELS = {"info": 1, "debug": 2}
+#: Looked up with whatever an event holds (an event of a later kind may hold anything there).
+_STATUS_STYLE: dict[object, str] = {"succeeded": "green", "failed": "bold red", "skipped": "dim", "running": "cyan"}
+_DETAIL_LEVELS: dict[object, int] = {"info": 1, "debug": 2}
 
 
-def describe_progress(event: dict[str, Any]) -> str:
+def describe_progress(event: ProgressEvent) -> str:
     """A launch phase event as ``[n/6] message`` (a failed phase without its reason: the error line has it)."""
     if event.get("status") == "failed":
         return f"[{event['phase']}/{event['total_phases']}] {event['label']}: failed"
     return f"[{event['phase']}/{event['total_phases']}] {event['message']}"
 
 
-def _notable(event: dict[str, Any]) -> bool:
+def _notable(event: Event) -> bool:
     """What ``-q`` still shows: warnings, errors and failed phases."""
     return event.get("level") in ("warning", "error") or event.get("status") == "failed"
 
 
-def _whole_failure(event: dict[str, Any]) -> bool:
+def _whole_failure(event: Event) -> bool:
     """The operation failing as a whole: a failed launch phase, or a root activity's failure report."""
     if event.get("status") != "failed":
         return False
     return event.get("type") == "progress" or (event.get("type") == "feedback" and "parent_id" not in event)
 
 
-def _plain(event: dict[str, Any]) -> str:
-    return describe_progress(event) if event.get("type") == "progress" else describe_event(event)
+def _plain(event: Event) -> str:
+    return describe_progress(event) if is_progress(event) else describe_event(event)
 
 
 def _amount(value: float, unit: str | None) -> str:
@@ -67,7 +69,7 @@ def _amount(value: float, unit: str | None) -> str:
     return f"{text} {unit}" if unit else text
 
 
-def counter_text(event: dict[str, Any]) -> str:
+def counter_text(event: FeedbackEvent) -> str:
     """How a counter reads: exact totals as a fraction, upper bounds as "of up to"."""
     unit = event.get("unit")
     current = _amount(event["current"], unit)
@@ -95,7 +97,7 @@ class LiveRenderer:
         self._quiet = quiet
         self._verbose = verbose
         self._gone = False
-        self._held: list[dict[str, Any]] = []
+        self._held: list[Event] = []
         self._rich = force_terminal if force_terminal is not None else stream.isatty()
         self._console: Any = None
         self._progress: Any = None
@@ -138,7 +140,7 @@ class LiveRenderer:
         else:
             progress.update(self._waiting, description=text)
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: Event) -> None:
         if self._gone or not self._wanted(event):
             return
         if self._waiting is not None:
@@ -150,12 +152,12 @@ class LiveRenderer:
             return
         self._show(event)
 
-    def _wanted(self, event: dict[str, Any]) -> bool:
+    def _wanted(self, event: Event) -> bool:
         if self._quiet:
             return _notable(event)
         return self._verbose >= _DETAIL_LEVELS.get(event.get("level", ""), 0)
 
-    def _show(self, event: dict[str, Any]) -> None:
+    def _show(self, event: Event) -> None:
         if not self._rich:
             try:
                 self._stream.write(_plain(event) + "\n")
@@ -163,17 +165,17 @@ class LiveRenderer:
             except BrokenPipeError:
                 self._gone = True  # the reader left (`| head`); the operation goes on regardless
             return
-        if event.get("type") == "feedback" and "current" in event and event.get("status") not in _TERMINAL:
+        if is_feedback(event) and "current" in event and event.get("status") not in _TERMINAL:
             self._update_counter(event)
             return
         self._finish_counter(event)
         self._print(event)
 
-    def _print(self, event: dict[str, Any]) -> None:
+    def _print(self, event: Event) -> None:
         from rich.text import Text
 
         level = event.get("level")
-        if event.get("type") == "progress":
+        if is_progress(event):
             style = _STATUS_STYLE.get(event["status"], "")
             line = Text(f"[{event['phase']}/{event['total_phases']}] ", style="bold")
             line.append(describe_progress(event).split("] ", 1)[1], style=style)
@@ -200,7 +202,7 @@ class LiveRenderer:
             self._progress.start()
         return self._progress
 
-    def _update_counter(self, event: dict[str, Any]) -> None:
+    def _update_counter(self, event: FeedbackEvent) -> None:
         progress = self._bar()
         exact = event.get("total_kind") == "exact"
         total = event["total"] if exact else None  # only exact totals make a percentage
@@ -214,8 +216,9 @@ class LiveRenderer:
             task, description=description, completed=event["current"], total=total, counter=counter_text(event)
         )
 
-    def _finish_counter(self, event: dict[str, Any]) -> None:
-        task = self._tasks.pop(event.get("activity_id", ""), None)
+    def _finish_counter(self, event: Event) -> None:
+        activity_id = event.get("activity_id")
+        task = self._tasks.pop(activity_id, None) if isinstance(activity_id, str) else None
         if task is not None and self._progress is not None:
             self._progress.remove_task(task)
 
@@ -236,7 +239,7 @@ class EventRecorder:
             self._file, self._owned = target, False
         self._gone = False
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: Event) -> None:
         if self._gone:
             return
         try:
@@ -250,11 +253,11 @@ class EventRecorder:
             self._file.close()
 
 
-def fan_out(*subscribers: Callable[[dict[str, Any]], Any] | None) -> Callable[[dict[str, Any]], None]:
+def fan_out(*subscribers: Callable[[Event], object] | None) -> Callable[[Event], None]:
     """One subscriber that hands each event to several, in order."""
     present = [subscriber for subscriber in subscribers if subscriber is not None]
 
-    def deliver(event: dict[str, Any]) -> None:
+    def deliver(event: Event) -> None:
         for subscriber in present:
             subscriber(event)
 

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeGuard
 
-__all__ = ["describe_event"]
+from sparkrun.core.events import Event, FeedbackEvent, ProgressEvent
+
+__all__ = ["describe_event", "is_feedback", "is_progress"]
 
 _BOUND = {"exact": "/", "upper_bound": "/<=", "unknown": ""}
 
 
-def _counter(event: dict[str, Any]) -> str:
+def is_feedback(event: Event) -> TypeGuard[FeedbackEvent]:
+    """Whether ``event`` is a feedback envelope (read with ``get``: an event of a later kind may lack a type)."""
+    return event.get("type") == "feedback"
+
+
+def is_progress(event: Event) -> TypeGuard[ProgressEvent]:
+    """Whether ``event`` is a launch phase event."""
+    return event.get("type") == "progress"
+
+
+def _counter(event: FeedbackEvent) -> str:
     if "current" not in event:
         return ""
     unit = f" {event['unit']}" if "unit" in event else ""
@@ -17,10 +29,10 @@ def _counter(event: dict[str, Any]) -> str:
     return f" [{event['current']:,}{total}{unit}]"
 
 
-def describe_event(event: dict[str, Any]) -> str:
+def describe_event(event: Event) -> str:
     """A compact, human-readable line for any event; unknown types show their message."""
     level = event.get("level", event.get("type", "event"))
-    if event.get("type") != "feedback":
+    if not is_feedback(event):
         who = event.get("source") or event.get("kind") or "-"
         return f"{level:<8} {who}: {event.get('message', '')}"
     who = event["source"] + (f"@{event['host']}" if "host" in event else "")

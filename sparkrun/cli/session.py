@@ -11,6 +11,7 @@ import click
 
 from sparkrun.cli.options import CliState
 from sparkrun.core.context import SparkrunContext
+from sparkrun.core.operation import Subscriber
 
 __all__ = ["operation_session"]
 
@@ -38,7 +39,7 @@ def operation_session(
 
     state = ctx.find_object(CliState) or CliState()
     with ExitStack() as stack:
-        renderer = None
+        renderer: Subscriber | None = None
         if as_json:
             renderer = EventRecorder(sys.stdout)
         elif live:

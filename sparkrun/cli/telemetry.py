@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from sparkrun.cli.options import CliState, UserError
+from sparkrun.core.events import Event
 
 __all__ = ["RenderedFilter", "export_replay", "start_telemetry"]
 
@@ -67,7 +68,7 @@ def start_telemetry(ctx: click.Context, state: CliState, state_dir: Path) -> Non
 
 
 def export_replay(
-    events: Iterable[dict[str, Any]],
+    events: Iterable[Event],
     *,
     state: CliState | None,
     state_dir: Path,

@@ -6,17 +6,21 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sparkrun.cli.options import CliState, Group, UserError, resolved_state_dir, state_dir_option
+
+if TYPE_CHECKING:
+    from otel.local_store import TraceStore
 
 __all__ = ["trace"]
 
 _OPERATION_ID = re.compile(r"[0-9a-fA-F]{32}")
 
 
-def _store(state_dir: Path | None):  # type: ignore[no-untyped-def]
+def _store(state_dir: Path | None) -> TraceStore:
     from otel.local_store import TraceStore
 
     return TraceStore.in_state_dir(resolved_state_dir(state_dir))

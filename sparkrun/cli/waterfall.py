@@ -16,7 +16,8 @@ _BAR_WIDTH = 24
 
 def _children_of(spans: list[StoredSpan]) -> tuple[list[StoredSpan], dict[str, list[StoredSpan]]]:
     known = {span.span_id for span in spans}
-    roots, children = [], {}
+    roots: list[StoredSpan] = []
+    children: dict[str, list[StoredSpan]] = {}
     for span in spans:
         if span.parent_span_id is None or span.parent_span_id not in known:
             roots.append(span)

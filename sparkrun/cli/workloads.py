@@ -91,7 +91,7 @@ def stop(
 
     if (name is None) == (not stop_all):
         raise UserError("give a deployment name or --all (not both)")
-    verbose = ctx.find_object(CliState).verbose > 0
+    verbose = (ctx.find_object(CliState) or CliState()).verbose > 0
     with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl, live=verbose) as sctx:
         results = api.stop(name, all=stop_all, grace=grace, sctx=sctx)
     if not results:
@@ -115,8 +115,8 @@ def status(ctx: click.Context, as_json: bool, events_jsonl: Path | None, state_d
     with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl, live=False, traced=False) as sctx:
         deployments = api.status(sctx=sctx)
     if as_json:
-        rows = [{**d.__dict__, "log_path": str(d.log_path)} for d in deployments]
-        click.echo(json.dumps(rows, indent=2))
+        records = [{**d.__dict__, "log_path": str(d.log_path)} for d in deployments]
+        click.echo(json.dumps(records, indent=2))
         return
     if not deployments:
         click.echo("no deployments")

@@ -11,9 +11,11 @@ built-in type, so no consumer runs a producer's methods.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from math import isfinite
-from typing import Any
+from typing import Any, TypeVar
 
+from sparkrun.core.events import FeedbackEvent, Level, Status, TotalKind
 from sparkrun.core.short_repr import short_repr
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "LEVELS",
+    "LEVEL_NAMES",
     "MAX_MESSAGE_CHARS",
     "MAX_METRICS",
     "MAX_METRIC_KEY_CHARS",
@@ -47,12 +50,17 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 _INFINITY = float("inf")
 
-#: Level names and the Python logging level each renders at.
-LEVELS: dict[str, int] = {"debug": 10, "info": 20, "progress": 25, "warning": 30, "error": 40}
-STATUSES = ("running", "succeeded", "failed", "skipped")
-TOTAL_KINDS = ("exact", "upper_bound", "unknown")
+#: Each level's name by the Python logging level it renders at, and the other way round.
+LEVEL_NAMES: dict[int, Level] = {10: "debug", 20: "info", 25: "progress", 30: "warning", 40: "error"}
+LEVELS: dict[str, int] = {name: levelno for levelno, name in LEVEL_NAMES.items()}
+STATUSES: tuple[Status, ...] = ("running", "succeeded", "failed", "skipped")
+TOTAL_KINDS: tuple[TotalKind, ...] = ("exact", "upper_bound", "unknown")
 COUNTER_FIELDS = ("current", "total")
 _FIELD_NAMES = ("host", "stage", "status", "current", "total", "total_kind", "unit", "metrics")
+#: Each allowed value by its name: a lookup gives back the value as its literal type.
+_STATUS_NAMES: dict[str, Status] = {status: status for status in STATUSES}
+_TOTAL_KIND_NAMES: dict[str, TotalKind] = {kind: kind for kind in TOTAL_KINDS}
+_Name = TypeVar("_Name", bound=str)
 
 
 def _bad_length(field: str, length: int, limit: int) -> ValueError:
@@ -74,7 +82,7 @@ def _plain(value: Any) -> str | int | float | None:
     return None
 
 
-def check_text(field: str, value: Any, limit: int = MAX_TEXT_CHARS) -> str:
+def check_text(field: str, value: object, limit: int = MAX_TEXT_CHARS) -> str:
     """Return ``value`` as a plain ``str`` if it is a non-empty string of at most ``limit`` characters."""
     if type(value) is not str:
         if not isinstance(value, str):
@@ -86,7 +94,7 @@ def check_text(field: str, value: Any, limit: int = MAX_TEXT_CHARS) -> str:
     return value
 
 
-def check_message(value: Any) -> str:
+def check_message(value: object) -> str:
     """Return ``value`` (as a plain ``str``) if it is a usable human-readable message."""
     if type(value) is str and 0 < len(value) <= MAX_MESSAGE_CHARS:
         return value
@@ -103,24 +111,27 @@ def check_level(value: Any) -> int:
     return levelno
 
 
-def _check_enum(field: str, value: Any, allowed: tuple[str, ...]) -> str:
+def _check_enum(field: str, value: Any, allowed: Mapping[str, _Name]) -> _Name:
     if type(value) is not str and isinstance(value, str):
         value = str.__str__(value)
-    if type(value) is not str or value not in allowed:
+    checked = allowed.get(value) if type(value) is str else None
+    if checked is None:
         raise ValueError(f"{field} is {short_repr(value)}; expected one of {', '.join(allowed)}")
-    return value
+    return checked
 
 
 def _check_counter(field: str, value: Any) -> int | float:
     kind = type(value)
     if kind is int:
         if 0 <= value <= INT64_MAX:
-            return value
+            integer: int = value  # kind is int
+            return integer
         if value > 0:
             raise ValueError(f"{field} is {short_repr(value)}; integer counters must be at most {INT64_MAX} (int64)")
     elif kind is float:
         if 0.0 <= value < _INFINITY:
-            return value
+            number: float = value  # kind is float
+            return number
     else:
         plain = _plain(value)
         if plain is None or type(plain) is str:
@@ -174,7 +185,7 @@ def _check_metrics(value: Any) -> dict[str, Any]:
     return metrics
 
 
-def apply_fields(event: dict[str, Any], fields: dict[str, Any]) -> None:
+def apply_fields(event: FeedbackEvent, fields: dict[str, Any]) -> None:
     """Validate the optional activity and counter ``fields`` into ``event``.
 
     ``None`` means "not given". A total needs ``total_kind`` (``exact`` or
@@ -182,20 +193,27 @@ def apply_fields(event: dict[str, Any], fields: dict[str, Any]) -> None:
     counters without a total are ``unknown``. ``host`` is a per-report host
     that overrides the reporter's.
     """
-    total_kind = None
+    total_kind: TotalKind | None = None
     for name, value in fields.items():
         if value is None:
             continue
-        if name == "current" or name == "total":
-            event[name] = _check_counter(name, value)
-        elif name == "stage" or name == "unit" or name == "host":
-            event[name] = check_text(name, value)
+        # One branch per field, so each key is a literal of FeedbackEvent (same comparisons as before).
+        if name == "current":
+            event["current"] = _check_counter(name, value)
+        elif name == "total":
+            event["total"] = _check_counter(name, value)
+        elif name == "stage":
+            event["stage"] = check_text(name, value)
+        elif name == "unit":
+            event["unit"] = check_text(name, value)
+        elif name == "host":
+            event["host"] = check_text(name, value)
         elif name == "status":
-            event[name] = _check_enum(name, value, STATUSES)
+            event["status"] = _check_enum(name, value, _STATUS_NAMES)
         elif name == "total_kind":
-            total_kind = _check_enum(name, value, TOTAL_KINDS)
+            total_kind = _check_enum(name, value, _TOTAL_KIND_NAMES)
         elif name == "metrics":
-            event[name] = _check_metrics(value)
+            event["metrics"] = _check_metrics(value)
         else:
             raise ValueError(f"{name} is not a feedback field; expected one of {', '.join(_FIELD_NAMES)}")
     if "total" in event:

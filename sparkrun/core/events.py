@@ -22,10 +22,12 @@ __all__ = [
     "ProgressEvent",
     "SetupEvent",
     "Status",
+    "TotalKind",
 ]
 
 Level: TypeAlias = Literal["debug", "info", "progress", "warning", "error"]
 Status: TypeAlias = Literal["running", "succeeded", "failed", "skipped"]
+TotalKind: TypeAlias = Literal["exact", "upper_bound", "unknown"]
 
 
 class _Common(TypedDict):
@@ -50,7 +52,7 @@ class FeedbackEvent(_Common, total=False):
     status: Status
     current: int | float
     total: int | float
-    total_kind: Literal["exact", "upper_bound", "unknown"]
+    total_kind: TotalKind
     unit: str
     metrics: dict[str, str | int | float | bool | None]
 

@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from sparkrun.core import log_bridge
+from sparkrun.core.events import ProgressEvent, Status
 from sparkrun.core.operation import Operation
 
 __all__ = ["PHASES", "LaunchPhaseTracker"]
@@ -46,11 +46,20 @@ class LaunchPhaseTracker:
         self._enabled = enabled
         self._started: dict[str, float] = {}
 
-    def _emit(self, slug: str, status: str, message: str, **extra: Any) -> None:
+    def _emit(
+        self,
+        slug: str,
+        status: Status,
+        message: str,
+        *,
+        step: tuple[int, int, str] | None = None,
+        reason: str | None = None,
+        duration_seconds: float | None = None,
+    ) -> None:
         if not self._enabled:
             return
         number = _NUMBERS[slug]
-        event = {
+        event: ProgressEvent = {
             "type": "progress",
             "operation_id": self._operation.operation_id,
             "timestamp": time.time(),
@@ -60,8 +69,15 @@ class LaunchPhaseTracker:
             "slug": slug,
             "label": _LABELS[slug],
             "status": status,
-            **{key: value for key, value in extra.items() if value is not None},
         }
+        # The optional fields that are given, in this order (a step only while running, a reason on failing
+        # or skipping, a duration on ending).
+        if step is not None:
+            event["step"] = {"index": step[0], "total": step[1], "label": step[2]}
+        if reason is not None:
+            event["reason"] = reason
+        if duration_seconds is not None:
+            event["duration_seconds"] = duration_seconds
         self._operation.deliver(event)
         if _log.isEnabledFor(log_bridge.PROGRESS):
             with log_bridge.suppressed():
@@ -75,7 +91,7 @@ class LaunchPhaseTracker:
 
     def step(self, slug: str, index: int, total: int, label: str) -> None:
         """One step of a running phase (``index`` of ``total``)."""
-        self._emit(slug, "running", f"{_LABELS[slug]}: {label}", step={"index": index, "total": total, "label": label})
+        self._emit(slug, "running", f"{_LABELS[slug]}: {label}", step=(index, total, label))
 
     def _duration(self, slug: str) -> float | None:
         started = self._started.pop(slug, None)

@@ -12,10 +12,11 @@ and raise ``ValueError`` naming the field.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sparkrun.core import strict_json
 from sparkrun.core.envelope import check_message, check_text
+from sparkrun.core.events import BenchmarkEvent, SetupEvent
 from sparkrun.core.operation import current_operation, new_operation_id
 
 __all__ = ["BENCHMARK_FIELDS", "BENCHMARK_KINDS", "benchmark_event", "setup_event"]
@@ -34,9 +35,10 @@ _SETUP_STATUSES = ("running", "succeeded", "failed", "skipped")
 
 
 _RESERVED = ("type", "operation_id", "timestamp", "message", "kind", "benchmark_id", "source", "step", "status")
+_Legacy = TypeVar("_Legacy", BenchmarkEvent, SetupEvent)
 
 
-def _deliver(event: dict[str, Any]) -> dict[str, Any]:
+def _deliver(event: _Legacy) -> _Legacy:
     operation = current_operation()
     event["operation_id"] = operation.operation_id if operation is not None else new_operation_id()
     if operation is not None:
@@ -54,7 +56,7 @@ def _checked_fields(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def benchmark_event(kind: str, benchmark_id: str, message: str, **fields: Any) -> dict[str, Any]:
+def benchmark_event(kind: str, benchmark_id: str, message: str, **fields: Any) -> BenchmarkEvent:
     """Deliver a ``type: "benchmark"`` event to the current operation; returns it."""
     if kind not in BENCHMARK_FIELDS:
         raise ValueError(f"kind is {kind!r}; expected one of {', '.join(BENCHMARK_KINDS)}")
@@ -70,12 +72,14 @@ def benchmark_event(kind: str, benchmark_id: str, message: str, **fields: Any) -
         "benchmark_id": check_text("benchmark_id", benchmark_id),
         **_checked_fields(fields),
     }
-    return _deliver(event)
+    # The common fields are made above and the kind's fields were checked present and strict JSON; a
+    # kind's fields travel beside them free-form, which a TypedDict cannot spell, hence the cast.
+    return _deliver(cast(BenchmarkEvent, event))
 
 
 def setup_event(
     message: str, *, source: str, step: str | None = None, status: str | None = None, **fields: Any
-) -> dict[str, Any]:
+) -> SetupEvent:
     """Deliver a ``type: "setup"`` event (a host preparation step) to the current operation; returns it."""
     event: dict[str, Any] = {
         "type": "setup",
@@ -91,4 +95,6 @@ def setup_event(
             raise ValueError(f"status is {status!r}; expected one of {', '.join(_SETUP_STATUSES)}")
         event["status"] = status
     event.update(_checked_fields(fields))
-    return _deliver(event)
+    # Made and checked above (a known status, plain text); extra fields are free-form strict JSON, which a
+    # TypedDict cannot spell, hence the cast.
+    return _deliver(cast(SetupEvent, event))

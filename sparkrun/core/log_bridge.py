@@ -16,9 +16,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sparkrun.core.envelope import MAX_MESSAGE_CHARS, MAX_TEXT_CHARS
+from sparkrun.core.events import Event, LogEvent
 
 __all__ = ["PROGRESS", "disable", "enable", "log_delivered", "log_event", "suppressed"]
 
@@ -34,7 +35,7 @@ _PLAIN_LOGGERS = frozenset({logging.Logger, logging.RootLogger})
 _UNKNOWN_CALLER = ("(unknown file)", 0, "(unknown function)")
 
 
-def _level_name(levelno: int) -> str:
+def _level_name(levelno: int) -> Literal["progress", "warning", "error"]:
     if levelno >= logging.ERROR:
         return "error"
     return "warning" if levelno >= logging.WARNING else "progress"
@@ -51,7 +52,7 @@ def _message_of(record: logging.LogRecord) -> str:
     return message[:MAX_MESSAGE_CHARS] or "(empty log message)"
 
 
-def log_event(operation_id: str, record: logging.LogRecord) -> dict[str, Any]:
+def log_event(operation_id: str, record: logging.LogRecord) -> LogEvent:
     """The ``log`` event that represents ``record`` in an operation."""
     return {
         "type": "log",
@@ -68,7 +69,7 @@ class _BridgeFactory:
 
     __slots__ = ("previous",)
 
-    def __init__(self, previous: Any) -> None:
+    def __init__(self, previous: Callable[..., logging.LogRecord]) -> None:
         self.previous = previous
 
     def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
@@ -87,7 +88,7 @@ class BridgedOperation(Protocol):
     @property
     def has_subscribers(self) -> bool: ...
 
-    def deliver(self, event: dict[str, Any]) -> bool: ...
+    def deliver(self, event: Event) -> bool: ...
 
 
 def _no_operation() -> BridgedOperation | None:
@@ -114,9 +115,9 @@ def enable(current: Callable[[], BridgedOperation | None]) -> None:
     with _lock:
         _current = current
         _users += 1
-        current = logging.getLogRecordFactory()
-        if current is not _installed:
-            _installed = _BridgeFactory(current)
+        factory = logging.getLogRecordFactory()
+        if factory is not _installed:
+            _installed = _BridgeFactory(factory)
             logging.setLogRecordFactory(_installed)
 
 
@@ -145,9 +146,7 @@ def suppressed() -> Iterator[None]:
         _local.depth -= 1
 
 
-def log_delivered(
-    logger: logging.Logger, levelno: int, message: str, event: dict[str, Any], *, stacklevel: int = 1
-) -> None:
+def log_delivered(logger: logging.Logger, levelno: int, message: str, event: Event, *, stacklevel: int = 1) -> None:
     """Log ``message`` on ``logger`` for an ``event`` that was already delivered.
 
     The record is the one ``logger.log(levelno, message, extra={"sparkrun_event":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from sparkrun.core.short_repr import short_repr
 
@@ -21,7 +21,7 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 NAME_RULE = "1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
-def is_name(value: Any) -> bool:
+def is_name(value: object) -> TypeGuard[str]:
     return type(value) is str and _NAME.fullmatch(value) is not None
 
 

@@ -25,10 +25,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar
+from typing import Literal, ParamSpec, Protocol, TypeVar
 
 from sparkrun.core import log_bridge
 from sparkrun.core.envelope import check_text
+from sparkrun.core.events import Event
 from sparkrun.core.registry import Registry
 from sparkrun.errors import OperationCancelled
 
@@ -53,7 +54,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 Outcome = Literal["succeeded", "failed", "cancelled"]
-Subscriber = Callable[[dict[str, Any]], Any]
+#: The primary consumer of an operation's events; what it returns is ignored.
+Subscriber = Callable[[Event], object]
 OBSERVER_ENTRY_POINT_GROUP = "sparkrun.observers"
 #: The name of an operation opened without one (its root span is ``sparkrun.pipeline``).
 DEFAULT_OPERATION_NAME = "pipeline"
@@ -91,7 +93,7 @@ class EventProcessor(Protocol):
     that changes nothing returns its input.
     """
 
-    def __call__(self, event: dict[str, Any]) -> dict[str, Any]: ...
+    def __call__(self, event: Event) -> Event: ...
 
     def error(self, error: BaseException | None) -> BaseException | None: ...
 
@@ -117,7 +119,7 @@ class OperationObserver(Protocol):
 
     def operation_started(self, info: OperationInfo) -> None: ...
 
-    def on_event(self, info: OperationInfo, event: dict[str, Any]) -> None: ...
+    def on_event(self, info: OperationInfo, event: Event) -> None: ...
 
     def operation_finished(self, info: OperationInfo, outcome: Outcome, error: BaseException | None) -> None: ...
 
@@ -209,7 +211,7 @@ class Operation:
 
     # -- delivery -----------------------------------------------------------------
 
-    def deliver(self, event: dict[str, Any]) -> bool:
+    def deliver(self, event: Event) -> bool:
         """Hand ``event`` to the subscriber, then to each observer, one event at a time.
 
         Returns ``False`` (and delivers nothing) when called from inside one of
@@ -355,4 +357,9 @@ def submit(executor: Executor, fn: Callable[_P, _T], /, *args: _P.args, **kwargs
     Plain executors start their threads without the caller's context
     variables; this keeps the operation (and so the logging bridge) attached.
     """
-    return executor.submit(contextvars.copy_context().run, fn, *args, **kwargs)
+    context = contextvars.copy_context()
+
+    def run() -> _T:
+        return context.run(fn, *args, **kwargs)
+
+    return executor.submit(run)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from sparkrun.core.names import NAME_RULE, is_name
 from sparkrun.core.short_repr import short_repr, shorten
@@ -133,6 +133,14 @@ def _check_placeholders(where: _Located, command: str) -> None:
             f"command placeholder {short_repr(text)} must be a plain name like {{model}} (letters, digits, '_'), "
             "without conversion or format spec; write {{ and }} for literal braces",
         )
+
+
+@overload
+def _text(where: _Located, data: Mapping[str, Any], key: str, *, required: Literal[True]) -> str: ...
+
+
+@overload
+def _text(where: _Located, data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None: ...
 
 
 def _text(where: _Located, data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:

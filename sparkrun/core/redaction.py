@@ -18,6 +18,7 @@ import threading
 import traceback
 from typing import Any
 
+from sparkrun.core.events import Event
 from sparkrun.errors import ReportedError, error_type_name
 
 __all__ = ["REDACTED", "Redactor", "StreamRedactor"]
@@ -55,9 +56,12 @@ class Redactor:
                 value = value.replace(pattern, REDACTED)
         return value
 
-    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, event: Event) -> Event:
         """As an event processor of an operation: the event without secrets."""
-        return self.value(event) if self._patterns else event
+        if not self._patterns:
+            return event
+        redacted: Event = self.value(event)  # the same event, its strings (keys too) without secrets
+        return redacted
 
     def value(self, value: Any) -> Any:
         """``value`` with every secret replaced, inside dicts (keys too) and lists; as is without secrets."""

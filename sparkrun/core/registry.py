@@ -75,13 +75,17 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         with self._loading:
-            if self._loaded:  # somebody else loaded them while this caller waited
-                return
-            from importlib.metadata import entry_points
+            self._load_entry_points_locked()
 
-            for entry_point in entry_points(group=self._group):
-                try:
-                    self.add(entry_point.load()())
-                except Exception:
-                    _log.warning("could not load %s entry point %r", self._group, entry_point.value, exc_info=True)
-            self._loaded = True
+    def _load_entry_points_locked(self) -> None:
+        group = self._group
+        if self._loaded or group is None:  # somebody else loaded them while this caller waited
+            return
+        from importlib.metadata import entry_points
+
+        for entry_point in entry_points(group=group):
+            try:
+                self.add(entry_point.load()())
+            except Exception:
+                _log.warning("could not load %s entry point %r", group, entry_point.value, exc_info=True)
+        self._loaded = True

@@ -67,16 +67,18 @@ class _BoundedLoader(yaml.SafeLoader):
             raise _Refused("has too many YAML nodes, counting what aliases stand for", mark, f"limit {MAX_NODES}")
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        # types-PyYAML leaves Parser.peek_event unannotated; where a node is composed, it is a node's event.
+        event: yaml.NodeEvent = self.peek_event()  # type: ignore[no-untyped-call]
         mark = event.start_mark
         if isinstance(event, yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
                 raise _Refused("uses too many YAML aliases", mark, f"limit {MAX_ALIASES}")
-            target = self.anchors.get(event.anchor)
-            if target is not None:  # an undefined alias is reported by the composer
-                if event.anchor not in self._complete:
-                    raise _Refused("has a YAML alias inside its own anchor", mark, f"alias *{shorten(event.anchor)}")
+            anchor = event.anchor
+            target = self.anchors.get(anchor)
+            if target is not None and anchor is not None:  # an undefined alias is reported by the composer
+                if anchor not in self._complete:
+                    raise _Refused("has a YAML alias inside its own anchor", mark, f"alias *{shorten(anchor)}")
                 self._count(_expanded_size(target, MAX_NODES - self._nodes), mark)
             return super().compose_node(parent, index)
         self._depth += 1

@@ -73,11 +73,13 @@ class StreamSlots:
 
 
 def _manager(request: Request) -> JobManager:
-    return request.app.state.manager  # type: ignore[no-any-return]
+    manager: JobManager = request.app.state.manager  # set by create_app
+    return manager
 
 
 def _settings(request: Request) -> DaemonSettings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    settings: DaemonSettings = request.app.state.settings  # set by create_app
+    return settings
 
 
 async def _body(request: Request, shape: str) -> dict[str, Any]:
@@ -279,7 +281,7 @@ def create_app(
     metrics: Any = None,
 ) -> ASGIApp:
     """The ASGI application of one daemon; ``metrics`` renders ``GET /metrics`` when given."""
-    app = Starlette(routes=ROUTES, exception_handlers=_HANDLERS)  # type: ignore[arg-type]
+    app = Starlette(routes=ROUTES, exception_handlers=_HANDLERS)
     app.state.manager = manager
     app.state.settings = settings
     app.state.streams = slots if slots is not None else StreamSlots()

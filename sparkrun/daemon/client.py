@@ -6,8 +6,9 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from sparkrun.core.events import Event
 from sparkrun.daemon.files import DaemonPaths, lock_held, read_info, read_token
 from sparkrun.errors import DaemonError
 
@@ -24,11 +25,28 @@ class StreamExpired(DaemonError):
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """One Server-Sent Event: ``name`` is ``message`` for journal events, else ``gap`` or ``end``."""
+    """One Server-Sent Event: ``name`` is ``message`` for journal events, else ``gap`` or ``end``.
+
+    ``data`` is the decoded JSON as the daemon sent it: a journal event (see :meth:`journal_event`),
+    a ``gap`` or ``end`` object, or a log line (a string) on a log stream.
+    """
 
     name: str
-    data: dict[str, Any]
+    data: Any
     seq: int | None
+
+    def journal_event(self) -> Event:
+        """This ``message`` of a job's event stream as a native event.
+
+        The stream is a process boundary, and this is where its events become typed. Checked: ``data``
+        is a JSON object with a string ``operation_id``, as the daemon's journal only holds such; the
+        rest is taken as the job's operation delivered it (an unknown ``type`` passes too). Anything
+        else raises :class:`~sparkrun.errors.DaemonError`.
+        """
+        data = self.data
+        if not isinstance(data, dict) or not isinstance(data.get("operation_id"), str):
+            raise DaemonError(f"the daemon sent a stream message that is not an event (seq={self.seq})")
+        return cast(Event, data)
 
 
 def parse_sse(lines: Iterator[str]) -> Iterator[StreamEvent]:
@@ -74,7 +92,7 @@ class DaemonClient:
     def close(self) -> None:
         self._http.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         import httpx
 
         try:
@@ -87,7 +105,10 @@ class DaemonClient:
             except ValueError:
                 message = response.text
             raise DaemonError(f"{message} (status={response.status_code})")
-        return response.json()
+        body = response.json()
+        if not isinstance(body, dict):  # every answer of the API is a JSON object
+            raise DaemonError(f"the daemon answered with something other than a JSON object (url={self.url}{path})")
+        return body
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")
@@ -97,11 +118,13 @@ class DaemonClient:
 
     def jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest jobs, as listed (without arguments and results: see :meth:`job`)."""
-        return self._call("GET", "/v1/jobs", params={"limit": limit})["jobs"]
+        jobs: list[dict[str, Any]] = self._call("GET", "/v1/jobs", params={"limit": limit})["jobs"]
+        return jobs
 
     def counts(self) -> dict[str, int]:
         """How many jobs the journal holds in each state."""
-        return self._call("GET", "/v1/jobs", params={"limit": 1})["counts"]
+        counts: dict[str, int] = self._call("GET", "/v1/jobs", params={"limit": 1})["counts"]
+        return counts
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{job_id}")
@@ -110,7 +133,8 @@ class DaemonClient:
         return self._call("POST", f"/v1/jobs/{job_id}/cancel")
 
     def prompts(self, job_id: str) -> list[dict[str, Any]]:
-        return self._call("GET", f"/v1/jobs/{job_id}/prompts")["prompts"]
+        prompts: list[dict[str, Any]] = self._call("GET", f"/v1/jobs/{job_id}/prompts")["prompts"]
+        return prompts
 
     def answer(self, job_id: str, prompt_id: str, value: Any) -> None:
         self._call("POST", f"/v1/jobs/{job_id}/prompts/{prompt_id}", json={"answer": value})

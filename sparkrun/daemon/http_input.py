@@ -60,7 +60,7 @@ def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
 
 
 def job_id_of(request: Request) -> str:
-    job_id = request.path_params["job_id"]
+    job_id: str = request.path_params["job_id"]  # the route's {job_id}: always a string
     if not _JOB_ID.fullmatch(job_id):
         raise ValueError(f"malformed job id (job_id={job_id[:80]!r}, expected 32 lowercase hex characters)")
     return job_id

@@ -33,6 +33,8 @@ class GuardedH11Protocol(H11Protocol):
         self.max_connections = max_connections
         self._header_timer: asyncio.TimerHandle | None = None
 
+    # uvicorn's H11Protocol narrows asyncio.Protocol's parameter to a Transport (and ignores the same
+    # error itself); this override keeps uvicorn's signature, so it inherits the mismatch.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:

@@ -28,8 +28,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
+from sparkrun.core.events import Event
 from sparkrun.core.operation import new_operation_id
 from sparkrun.core.processes import ProcessIdentity, signal_group
 from sparkrun.core.redaction import Redactor
@@ -37,7 +38,7 @@ from sparkrun.daemon.journal import TERMINAL_STATES, JobRecord, Journal, Unknown
 from sparkrun.daemon.operations import find_operation
 from sparkrun.daemon.wakeups import Wakeups
 from sparkrun.daemon.worker import MAX_ERROR_CHARS
-from sparkrun.daemon.worker_process import WorkerProcess
+from sparkrun.daemon.worker_process import WorkerProcess, event_of
 from sparkrun.errors import SparkrunError
 
 __all__ = ["JobConflict", "JobManager", "JobObserver", "PromptError"]
@@ -61,7 +62,7 @@ class JobObserver(Protocol):
 
     def job_started(self, operation_id: str, operation: str, started_at: float) -> None: ...
 
-    def job_events(self, operation_id: str, events: list[dict[str, Any]]) -> None: ...
+    def job_events(self, operation_id: str, events: list[Event]) -> None: ...
 
     def job_finished(self, operation_id: str, state: str, finished_at: float) -> None: ...
 
@@ -77,6 +78,14 @@ class _Job:
     outcome: tuple[str, Any] | None = None  # ("result", value) or ("error", {...})
     timing: dict[str, float] = field(default_factory=dict)  # the operation's own start and end, from its worker
     done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def cancel_arrived(self) -> bool:
+        """Whether the job is cancelled, asked anew after an ``await`` (``cancel`` may have run meanwhile).
+
+        A call, unlike a second read of ``cancelled``, is not taken by the type checker for the
+        check made before the ``await``.
+        """
+        return self.cancelled
 
 
 def _error(kind: str, message: str) -> dict[str, str]:
@@ -162,7 +171,7 @@ class JobManager:
             self._finish(job_id, "failed", error=_error(type(error).__name__, str(error)))
             return
         entry.worker = worker
-        if entry.cancelled:  # cancelled while the worker was starting; the job is already recorded as cancelled
+        if entry.cancel_arrived():  # cancelled while the worker was starting; the job is already recorded as cancelled
             await worker.terminate(0)
             await worker.wait()
             return
@@ -198,13 +207,13 @@ class JobManager:
             self._conclude(job_id, entry, code)
 
     def _take(self, job_id: str, entry: _Job, messages: list[dict[str, Any]]) -> None:
-        events: list[dict[str, Any]] = []
+        events: list[Event] = []
         for message in messages:
             kind = message["kind"]
             if kind == "event":
-                event = message.get("event")
-                if isinstance(event, dict) and isinstance(event.get("operation_id"), str):
-                    events.append(entry.redactor.value(event))
+                event = event_of(message)
+                if event is not None:
+                    events.append(entry.redactor(event))
                 continue
             if events:  # keep journal order: flush events before acting on anything else
                 self._append(job_id, events)
@@ -228,7 +237,7 @@ class JobManager:
             message = message[: MAX_ERROR_CHARS - 1] + "…"
         return _error(str(value.get("type") or "Error")[:200], message)
 
-    def _append(self, job_id: str, events: list[dict[str, Any]]) -> None:
+    def _append(self, job_id: str, events: list[Event]) -> None:
         self.journal.append_many(job_id, events)
         self.wakeups.wake(job_id)
         if self.observers:
@@ -368,6 +377,10 @@ def _timing(value: Any) -> dict[str, float]:
     if not isinstance(value, dict):
         return {}
     started, finished = value.get("started_at"), value.get("finished_at")
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in (started, finished)):
+    if not (_is_number(started) and _is_number(finished)):
         return {}
     return {"operation_started_at": float(started), "operation_finished_at": float(finished)}
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkrun.core import strict_json
+from sparkrun.core.events import Event
 from sparkrun.errors import SparkrunError
 
 __all__ = [
@@ -135,28 +136,28 @@ class JobRecord:
 
     job_id: str
     operation: str
-    arguments: dict
+    arguments: dict[str, Any]
     operation_id: str
     state: str
     created_at: float
     started_at: float | None
     finished_at: float | None
     result: Any | None
-    error: dict | None
+    error: dict[str, Any] | None
     worker_pid: int | None
     first_retained: int
     last_seq: int
     #: The worker's :class:`~sparkrun.core.processes.ProcessIdentity`, as recorded at spawn.
-    worker: dict | None = None
+    worker: dict[str, Any] | None = None
     #: When the job's operation itself began and ended in its worker (its trace's root span), if it ran.
     operation_started_at: float | None = None
     operation_finished_at: float | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """All fields but the worker's identity as a JSON-ready dict (the API's job representation)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "worker"}
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """The fields a job listing shows (small whatever the job's arguments or result)."""
         return {name: getattr(self, name) for name in LISTED_FIELDS}
 
@@ -210,7 +211,7 @@ class Journal:
             self._db.close()
             raise JournalUnreadable(self.path, error) from None
 
-    def create_job(self, job_id: str, operation: str, arguments: dict, operation_id: str) -> JobRecord:
+    def create_job(self, job_id: str, operation: str, arguments: dict[str, Any], operation_id: str) -> JobRecord:
         """Record a new job in state ``queued``; a duplicate id is a ``ValueError``."""
         if not isinstance(arguments, dict):
             raise TypeError(f"arguments must be a dict, not {type(arguments).__name__}")
@@ -225,7 +226,10 @@ class Journal:
             except sqlite3.IntegrityError:
                 raise ValueError(f"job already exists (job_id={job_id})") from None
             self._counters[job_id] = _Counters(())
-            return self._job(job_id)  # type: ignore[return-value]
+            record = self._job(job_id)
+        if record is None:  # inserted just above, under the same lock
+            raise UnknownJob(job_id)
+        return record
 
     def update_job(self, job_id: str, **changes: Any) -> JobRecord:
         """Change the mutable fields of a job (state, times, result, error, worker pid)."""
@@ -296,11 +300,11 @@ class Journal:
                     self._counters.pop(job_id, None)
         return len(doomed)
 
-    def append(self, job_id: str, event: dict) -> int:
+    def append(self, job_id: str, event: Event) -> int:
         """Journal one event and return its sequence number."""
         return self.append_many(job_id, (event,))[0]
 
-    def append_many(self, job_id: str, events: Sequence[dict]) -> list[int]:
+    def append_many(self, job_id: str, events: Sequence[Event]) -> list[int]:
         """Journal several events in one transaction (one commit) and return their sequences."""
         for event in events:
             if not isinstance(event, dict):

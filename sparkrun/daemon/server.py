@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import functools
 import ipaddress
 import json
 import logging
@@ -20,7 +19,7 @@ import os
 import resource
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,14 +147,17 @@ async def _serve(
         daemon_metrics = DaemonMetrics(journal, lambda: slots.active)
         manager.observers.append(daemon_metrics)
         render = daemon_metrics.render
-    protocol = functools.partial(
-        GuardedH11Protocol,
-        header_timeout=options.header_timeout,
-        max_connections=_connection_budget(options, file_limit),
-    )
+    header_timeout, max_connections = options.header_timeout, _connection_budget(options, file_limit)
+
+    class Protocol(GuardedH11Protocol):
+        """uvicorn takes the HTTP protocol as a class: this one carries the daemon's limits."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, header_timeout=header_timeout, max_connections=max_connections, **kwargs)
+
     config = uvicorn.Config(
         create_app(manager, settings, slots=slots, metrics=render),
-        http=protocol,  # type: ignore[arg-type]
+        http=Protocol,
         log_level="warning",
         lifespan="off",
         timeout_graceful_shutdown=5,
@@ -196,7 +198,7 @@ def _uvicorn_server(config: Any) -> Any:
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
-        def capture_signals(self):  # type: ignore[no-untyped-def, override]
+        def capture_signals(self) -> Iterator[None]:
             yield
 
     return Server(config)

@@ -118,7 +118,7 @@ def _start_telemetry(state_dir: Any) -> Any:
     return telemetry
 
 
-def _result_line(result: Any, redactor: Redactor, timing: dict[str, float]) -> str:
+def _result_line(result: Any, redactor: Redactor, timing: dict[str, float] | None) -> str:
     """The ``result`` message as strict JSON within the size limit, else an ``error`` message saying why."""
     try:
         plain = json.loads(json.dumps(result, default=str))

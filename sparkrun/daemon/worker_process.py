@@ -22,15 +22,16 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sparkrun.core import strict_json
+from sparkrun.core.events import Event
 from sparkrun.core.processes import MARKER_VARIABLE, ProcessIdentity, new_marker
 from sparkrun.core.redaction import Redactor, StreamRedactor
 from sparkrun.daemon.worker import MAX_RESULT_BYTES
 from sparkrun.errors import SparkrunError
 
-__all__ = ["MAX_LOG_LINE_CHARS", "MAX_MESSAGE_BYTES", "WorkerProcess", "WorkerProtocolError"]
+__all__ = ["MAX_LOG_LINE_CHARS", "MAX_MESSAGE_BYTES", "WorkerProcess", "WorkerProtocolError", "event_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -74,6 +75,20 @@ def _bounded(text: str, run: int) -> tuple[str, int]:
         out.append(part)
         run += len(part)
     return "".join(out), run
+
+
+def event_of(message: dict[str, Any]) -> Event | None:
+    """The event an ``event`` message of the worker carries; None if it carries none.
+
+    The worker's pipe is a process boundary, and this is where its events become typed. Checked: the
+    event is a JSON object with a string ``operation_id`` (what the journal and the job observers go
+    by). The rest is taken as the worker's operation delivered it, validated where it was produced;
+    an event of a type this daemon does not know passes too, so it is journaled and streamed like any.
+    """
+    event = message.get("event")
+    if isinstance(event, dict) and isinstance(event.get("operation_id"), str):
+        return cast(Event, event)
+    return None
 
 
 class WorkerProcess:

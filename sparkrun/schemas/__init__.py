@@ -24,4 +24,5 @@ def load_schema(event_type: str) -> dict[str, Any]:
         name = SCHEMA_NAMES[event_type]
     except KeyError:
         raise ValueError(f"event type is {event_type!r}; expected one of {', '.join(SCHEMA_NAMES)}") from None
-    return json.loads(resources.files(__name__).joinpath(name).read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(resources.files(__name__).joinpath(name).read_text(encoding="utf-8"))
+    return schema

@@ -132,7 +132,8 @@ class ProcessExecutor:
     def _http_ok(port: int, path: str) -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
-                return 200 <= response.status < 300
+                status: int = response.status
+                return 200 <= status < 300
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
