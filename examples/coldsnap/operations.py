@@ -43,7 +43,7 @@ __all__ = ["MUTATING", "OPERATIONS", "run_operation"]
 #: What a restored unit gets appended to its captured command (argparse keeps the last occurrence).
 SKIP_LOADING = ("--startup-delay", "0")
 LOCK_TIMEOUT_SECONDS = 10.0
-PORT_RELEASE_SECONDS = 10.0
+PORT_RELEASE_SECONDS = 2.0  # our own servers are gone by then; anything else will not leave
 CAPTURE_NAMES = ("unit.port_open", "unit.http_ready")
 RESTORE_NAMES = ("runtime.startup_port_open", "runtime.startup_http_ready")
 
@@ -72,7 +72,11 @@ def _artifact_json(where: Location, artifact: Artifact | None = None) -> dict[st
 
 
 def _hardware(run: Run, for_capture: bool) -> None:
-    """``coldsnap.hardware``: each unit's executable exists and its port is free (or held by this workload)."""
+    """``coldsnap.hardware``: each unit's executable (its Python) exists; its port is free.
+
+    Capture needs the ports free now. Prepare-only only reports a busy port (``port_state``): sparkrun
+    evicts the old workload between prepare-only and the real restore, which then insists on them.
+    """
     request = run.request
     held = {(unit.host, unit.port) for unit in run.state.recorded_units(request.workload) if unit.alive()}
     problems = []
@@ -88,7 +92,7 @@ def _hardware(run: Run, for_capture: bool) -> None:
             error = None
             if executable is None:
                 error = f"{unit.id}: {unit.command[0]!r} is not an executable on this machine"
-            elif port_state == "busy" or (for_capture and port_state != "free"):
+            elif for_capture and port_state != "free":
                 whom = f"workload {request.workload}; sleep it first" if port_state != "busy" else "another process"
                 error = f"{unit.id}: {unit.host}:{unit.port} is in use by {whom}"
             attributes = {"host": unit.host, "port": unit.port, "executable": executable or unit.command[0]}
@@ -298,7 +302,7 @@ def capture(run: Run) -> None:
         scratch = new_output_dir(output.path)
         try:
             with run.span("weights.write", {"bytes": WEIGHTS_BYTES}):
-                weights = write_weights(scratch, request.model_id, request.model_revision)
+                weights = write_weights(scratch, request.model_id)
             entries = []
             with run.span("capsules.write", {"units": len(launches)}):
                 for launch in launches:
@@ -447,6 +451,7 @@ def run_operation(run: Run) -> None:
     lock = run.state.lock(run.request.workload, LOCK_TIMEOUT_SECONDS, run.cancelled) if mutating else nullcontext()
     with lock:
         try:
+            run.check_cancel()
             operation(run)
         except BaseException as exc:
             run.abandon(exc)
