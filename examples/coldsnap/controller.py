@@ -189,14 +189,15 @@ def _write_receipt(target: str | None, receipt: dict[str, Any], modes: Misbehavi
 
 
 def _execute(
-    invocation: Invocation, raw: dict[str, Any], ident: Identity, modes: Misbehaviour, sink: TextIO | None
+    invocation: Invocation,
+    raw: dict[str, Any],
+    ident: Identity,
+    modes: Misbehaviour,
+    cancellation: Cancellation,
+    sink: TextIO | None,
 ) -> int:
     started_unix, started_mono = time.time_ns(), now_ns()
     request_sha256 = digest(raw)
-    cancellation = Cancellation()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        ignored = "ignore-term" in modes
-        signal.signal(signum, signal.SIG_IGN if ignored else cancellation.handler)
     stream = TimingStream(sink, ident.id, modes.stream_request_sha256(request_sha256))
     state_dir = invocation.state_dir or _default_state_dir()
     run = Run(ident, stream, StateDir(state_dir), modes, cancellation, invocation.prepare_only)
@@ -251,8 +252,14 @@ def _execute(
 
 def main(argv: list[str] | None = None) -> int:
     invocation = _parse_invocation(argv)
+    cancellation = Cancellation()  # a SIGTERM from here on ends in a failed receipt, not a torn file
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, cancellation.handler)
     try:
         modes = Misbehaviour.parse(invocation.misbehave)
+        if "ignore-term" in modes:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, signal.SIG_IGN)
         _check_paths(invocation)
         raw = _read_request(invocation.request_json)
         ident = identity(raw, invocation.operation)
@@ -261,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        return _execute(invocation, raw, ident, modes, sink)
+        return _execute(invocation, raw, ident, modes, cancellation, sink)
     finally:
         if sink is not None and sink is not sys.stdout:
             sink.close()
