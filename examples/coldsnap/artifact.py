@@ -3,7 +3,7 @@
 Layout under ``output.uri`` / ``artifact.uri``::
 
     manifest.json          model, engine, driver, units (command, host, port, capsule digest), warm-up digest
-    weights.bin            4 MiB derived from the model id and revision (SHAKE-256), so it is reproducible
+    weights.bin            4 MiB derived from the model id (SHAKE-256), so it is reproducible
     capsules/<unit>.json   what it takes to bring that unit back: its command and where it listens
 
 Nothing here is a real process image; the capsule's command is what "restoring" runs.
@@ -105,8 +105,8 @@ def publish_output(scratch: Path, path: Path) -> None:
     os.rename(scratch, path)
 
 
-def write_weights(scratch: Path, model_id: str, revision: str) -> dict[str, Any]:
-    seed = f"coldsnap-example weights\0{model_id}\0{revision}".encode()
+def write_weights(scratch: Path, model_id: str) -> dict[str, Any]:
+    seed = f"coldsnap-example weights\0{model_id}".encode()
     (scratch / WEIGHTS).write_bytes(hashlib.shake_256(seed).digest(WEIGHTS_BYTES))
     return {"path": WEIGHTS, "bytes": WEIGHTS_BYTES, "sha256": file_sha256(scratch / WEIGHTS)}
 
