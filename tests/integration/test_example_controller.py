@@ -523,6 +523,21 @@ def test_capture_refuses_an_existing_output(controller, tmp_path):
     assert not stream.named("unit.startup") and not module_servers()
 
 
+def test_a_unit_that_dies_fails_the_capture_and_the_others_are_stopped(controller, tmp_path):
+    output = tmp_path / "not-captured"
+    request = controller.request("capture", output={"provider": "file", "uri": str(output)})
+    request["launch"]["units"][1]["command"] = [sys.executable, "-c", f"print('{MODEL} gives up'); raise SystemExit(3)"]
+    outcome = controller.run("capture", request=request)
+    assert outcome.returncode == 1
+    stream = outcome.checked()
+    message = outcome.receipt["error"]["message"]
+    assert "unit-1" in message and "exited with code 3" in message and "gives up" in message
+    assert stream.one("units.ready")["status"] == "error"
+    assert stream.one("units.stop")["attributes"]["reason"] == "failed"
+    assert not any(alive(pid) for pid in started_pids(stream)) and not module_servers()
+    assert not output.exists() and not list(tmp_path.glob(".not-captured*"))
+
+
 # -- restore ----------------------------------------------------------------------------------------
 
 
@@ -600,6 +615,32 @@ def test_restore_replaces_what_the_workload_runs(controller):
     assert not any(alive(pid) for pid in old)
     assert all(alive(pid) for pid in started_pids(stream))
     assert ask(HOSTS[1], controller.ports[HOSTS[1]]) == "echo: there you are"
+
+
+def test_a_port_another_process_holds(controller, tmp_path):
+    """Prepare-only reports it (sparkrun evicts its old workload after preparing); restore and capture refuse."""
+    import socket
+
+    host = HOSTS[1]
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind((host, controller.ports[host]))
+        holder.listen()
+        prepared = controller.run("restore", prepare_only=True)
+        assert prepared.returncode == 0, prepared.stderr
+        probes = prepared.checked(prepare_only=True).named("hardware.probe")
+        assert [probe["attributes"]["port_state"] for probe in probes] == ["free", "busy"]
+        restored = controller.run("restore")
+        assert restored.returncode == 1
+        restored.checked()
+        assert f"{host}:{controller.ports[host]} is in use by another process" in restored.receipt["error"]["message"]
+        output = tmp_path / "not-captured"
+        capture = controller.request("capture", output={"provider": "file", "uri": str(output)})
+        captured = controller.run("capture", request=capture)
+        assert captured.returncode == 1
+        assert captured.checked().one("coldsnap.hardware")["status"] == "error"
+        assert not output.exists()
+    assert not module_servers()
 
 
 # -- sleep, wake, status ----------------------------------------------------------------------------
@@ -689,6 +730,23 @@ def test_invocations_the_contract_forbids_are_refused(controller, tmp_path, prob
     assert not (tmp_path / "operation.json").exists()
     if problem == "timing-exists":
         assert Path(timing).read_text() == "someone else's\n"
+
+
+@pytest.mark.parametrize("on_stdout", ["timing", "receipt"])
+def test_stdout_carries_the_stream_or_the_receipt(controller, tmp_path, on_stdout):
+    request = controller.request("status")
+    receipt = "-" if on_stdout == "receipt" else str(tmp_path / "operation.json")
+    timing = "-" if on_stdout == "timing" else str(tmp_path / "timing.ndjson")
+    command = [sys.executable, str(CONTROLLER), "--state-dir", str(controller.state_dir), "status"]
+    command += ["--request-json", "-", "--receipt-json", receipt, "--timing-events", timing]
+    completed = subprocess.run(command, input=json.dumps(request), capture_output=True, text=True, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    if on_stdout == "timing":
+        stream, parsed = check_stream(completed.stdout, request), json.loads(Path(receipt).read_text())
+    else:
+        stream, parsed = check_stream(Path(timing).read_text(), request), json.loads(completed.stdout)
+    check_receipt(parsed, request, 0)
+    check_agreement(stream, parsed)
 
 
 def test_a_successful_receipt_is_never_replaced(controller, tmp_path):
