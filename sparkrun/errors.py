@@ -8,6 +8,7 @@ derives from :class:`SparkrunError`.
 from __future__ import annotations
 
 __all__ = [
+    "ColdSnapError",
     "ConfigError",
     "DaemonError",
     "DeploymentError",
@@ -46,6 +47,10 @@ class DeploymentError(SparkrunError):
 
 class DaemonError(SparkrunError):
     """The daemon cannot start, is not running, or answered with an error."""
+
+
+class ColdSnapError(SparkrunError):
+    """A ColdSnap controller failed, could not run, or its receipt contradicts the request or exit code."""
 
 
 class ReportedError(Exception):

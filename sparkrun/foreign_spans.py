@@ -38,6 +38,15 @@ _RESERVED = frozenset({"started_at", "duration_seconds", "clock", "unit", "worke
 _Scalar = str | int | float | bool
 
 
+def _printable(text: str) -> str:
+    """Foreign text as it may be shown: control characters and lone surrogates become U+FFFD.
+
+    A name or message from another system reaches terminals and JSON encoders; an
+    escape sequence in a span name must not redraw someone's screen.
+    """
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
+
+
 def _seconds_text(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
@@ -90,7 +99,7 @@ class SpanImporter:
 
     def activity_id(self, foreign_id: str) -> str:
         """The activity id of a foreign span: scoped by the importing activity."""
-        return f"{self._reporter.activity_id}/{foreign_id}"
+        return f"{self._reporter.activity_id}/{_printable(foreign_id)}"
 
     def started(self, span: ForeignSpan) -> None:
         """The span started: open its activity (reported at ``debug`` level)."""
@@ -99,7 +108,10 @@ class SpanImporter:
         self._started.add(span.id)
         reporter = self._reporter_of(span)
         reporter.report(
-            f"{span.name} started", level="debug", status="running", metrics=self._metrics(span, terminal=False)
+            f"{_printable(span.name)} started",
+            level="debug",
+            status="running",
+            metrics=self._metrics(span, terminal=False),
         )
 
     def finished(self, span: ForeignSpan) -> None:
@@ -115,23 +127,21 @@ class SpanImporter:
         self._finished.add(span.id)
         reporter = self._reporter_of(span)
         metrics = self._metrics(span, terminal=True)
+        name = _printable(span.name)
         if span.failed:
-            detail = f": {span.error}" if span.error else ""
-            reporter.error(
-                f"{span.name} failed after {_seconds_text(duration)}{detail}", status="failed", metrics=metrics
-            )
+            detail = f": {_printable(span.error)}" if span.error else ""
+            reporter.error(f"{name} failed after {_seconds_text(duration)}{detail}", status="failed", metrics=metrics)
             return
         level = "progress" if duration >= self._announce_after else "info"
-        reporter.report(
-            f"{span.name} done in {_seconds_text(duration)}", level=level, status="succeeded", metrics=metrics
-        )
+        reporter.report(f"{name} done in {_seconds_text(duration)}", level=level, status="succeeded", metrics=metrics)
 
     def _reporter_of(self, span: ForeignSpan) -> FeedbackReporter:
         reporter = self._reporters.get(span.id)
         if reporter is None:
             parent = self._reporter if span.parent is None else self._parent(span.parent)
-            source = span.name if span.name.startswith(f"{self._prefix}.") else f"{self._prefix}.{span.name}"
-            reporter = parent.child(source=source, activity_id=self.activity_id(span.id), host=span.host)
+            name, host = _printable(span.name), _printable(span.host) if span.host else None
+            source = name if name.startswith(f"{self._prefix}.") else f"{self._prefix}.{name}"
+            reporter = parent.child(source=source, activity_id=self.activity_id(span.id), host=host)
             self._reporters[span.id] = reporter
         return reporter
 
@@ -154,7 +164,7 @@ class SpanImporter:
         for name in ("clock", "unit", "worker"):
             value = getattr(span, name)
             if value is not None:
-                metrics[name] = value
+                metrics[name] = _printable(value)
         dropped = 0
         for key, value in span.attributes.items():
             if key in _RESERVED or key in metrics:
@@ -162,7 +172,7 @@ class SpanImporter:
             if len(metrics) >= MAX_METRICS - 1 or not 0 < len(key) <= MAX_METRIC_KEY_CHARS:
                 dropped += 1  # the envelope's budget: keep a slot to say how many did not fit
                 continue
-            metrics[key] = value[:MAX_METRIC_STRING_CHARS] if isinstance(value, str) else value
+            metrics[key] = _printable(value[:MAX_METRIC_STRING_CHARS]) if isinstance(value, str) else value
         if dropped:
             metrics["dropped_attributes"] = dropped
         return metrics

@@ -26,13 +26,14 @@ def cli(state_dir: object) -> None:
 
 
 def _register_subcommands() -> None:
+    from sparkrun.cli.coldsnap import coldsnap
     from sparkrun.cli.daemon import daemon
     from sparkrun.cli.doctor import doctor
     from sparkrun.cli.schema import schema
     from sparkrun.cli.trace import trace
     from sparkrun.cli.workloads import logs, run, status, stop
 
-    for command in (run, stop, status, logs, doctor, trace, daemon, schema):
+    for command in (run, stop, status, logs, coldsnap, doctor, trace, daemon, schema):
         cli.add_command(command)
 
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = ["format_duration", "render_waterfall", "span_tree"]
 
-_BAR_WIDTH = 24
+_BAR_WIDTH = 16  # with the start column, the last message still fits in 120 columns
 
 
 def _children_of(spans: list[StoredSpan]) -> tuple[list[StoredSpan], dict[str, list[StoredSpan]]]:

@@ -2,8 +2,14 @@
 
 A recipe names a workload (``runtime: process`` runs a command on the host),
 the command template, its default values, environment, hosts, readiness
-check and, optionally, the image and model the distribute phase handles.
+check and, optionally, the image and model the distribute phase handles,
+and a ``coldsnap:`` section whose values the ColdSnap plugin checks.
 Recipes are found by path or by name in the recipe directories.
+
+Why one module of this size: every field's check sits next to the others,
+each raising an error with the file, line and field, so the format and its
+error messages read as one page. Loading YAML safely lives in
+``yaml_files``, placeholders' values in ``render_command`` here.
 """
 
 from __future__ import annotations
@@ -21,7 +27,15 @@ from sparkrun.core.names import NAME_RULE, is_name
 from sparkrun.core.short_repr import short_repr, shorten
 from sparkrun.errors import RecipeError
 
-__all__ = ["Readiness", "Recipe", "find_recipe", "load_recipe", "recipe_dirs", "render_command"]
+__all__ = [
+    "COLDSNAP_FIELDS",
+    "Readiness",
+    "Recipe",
+    "find_recipe",
+    "load_recipe",
+    "recipe_dirs",
+    "render_command",
+]
 
 RECIPE_VERSION = "1"
 RUNTIMES = ("process",)
@@ -41,8 +55,11 @@ _FIELDS = (
     "readiness",
     "image",
     "model",
+    "coldsnap",
 )
 _READINESS_FIELDS = ("http_path", "timeout")
+#: Fields of the ``coldsnap:`` section; the ColdSnap plugin checks their values.
+COLDSNAP_FIELDS = ("controller", "snapshot_driver", "engine", "model", "artifact", "output", "policy")
 #: Placeholders every command may use besides ``defaults`` and overrides.
 BUILTIN_PLACEHOLDERS = ("name", "host", "port", "python", "recipe_dir")
 
@@ -69,7 +86,13 @@ class Recipe:
     readiness: Readiness = field(default_factory=Readiness)
     image: str | None = None
     model: str | None = None
+    #: The ``coldsnap:`` section as written (known fields only); ``sparkrun.plugins.coldsnap`` reads it.
+    coldsnap: Mapping[str, Any] = field(default_factory=dict)
     lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def error(self, field_path: str, problem: str) -> RecipeError:
+        """An error naming this recipe's file, the line of ``field_path`` and the field."""
+        return _Located(self.path, self.lines).error(field_path, problem)
 
     def placeholders(self) -> list[str]:
         """Names used as ``{placeholder}`` in the command template."""
@@ -83,7 +106,11 @@ class _Located:
         self.path, self.lines = path, lines
 
     def error(self, field_path: str, problem: str) -> RecipeError:
-        line = self.lines.get(field_path) or self.lines.get(field_path.split(".")[0])
+        parts = field_path.split(".")
+        # the deepest recorded level: coldsnap.policy.x points at the line of coldsnap.policy
+        line = next(
+            (self.lines[k] for k in (".".join(parts[:n]) for n in range(len(parts), 0, -1)) if k in self.lines), None
+        )
         where = f"{self.path}:{line}" if line else str(self.path)
         return RecipeError(f"{where}: {problem} (field={shorten(field_path)})")
 
@@ -215,6 +242,22 @@ def _readiness(where: _Located, data: Mapping[str, Any]) -> Readiness:
     return Readiness(http_path=path, timeout=float(timeout))
 
 
+def _coldsnap(where: _Located, data: Mapping[str, Any]) -> dict[str, Any]:
+    section = data.get("coldsnap") or {}
+    if not isinstance(section, dict):
+        raise where.error("coldsnap", f"coldsnap must be a mapping, not {type(section).__name__}")
+    for key in section:
+        if key not in COLDSNAP_FIELDS:
+            close = (
+                difflib.get_close_matches(str(key), COLDSNAP_FIELDS, n=1)
+                if len(str(key)) <= _MAX_SUGGESTED_CHARS
+                else []
+            )
+            hint = f"; did you mean {close[0]!r}?" if close else f"; expected {', '.join(COLDSNAP_FIELDS)}"
+            raise where.error(f"coldsnap.{key}", f"unknown field coldsnap.{shorten(str(key))}{hint}")
+    return section
+
+
 def _hosts(where: _Located, data: Mapping[str, Any]) -> tuple[str, ...]:
     hosts = data.get("hosts", ["localhost"])
     if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h.strip() for h in hosts):
@@ -257,6 +300,7 @@ def load_recipe(path: Path | str) -> Recipe:
         readiness=_readiness(where, data),
         image=_text(where, data, "image"),
         model=_text(where, data, "model"),
+        coldsnap=_coldsnap(where, data),
         lines=lines,
     )
 

@@ -78,6 +78,7 @@ class _Job:
     outcome: tuple[str, Any] | None = None  # ("result", value) or ("error", {...})
     timing: dict[str, float] = field(default_factory=dict)  # the operation's own start and end, from its worker
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_grace: float = _CANCEL_GRACE_SECONDS  # the operation's: SIGTERM to SIGKILL on cancel
 
     def cancel_arrived(self) -> bool:
         """Whether the job is cancelled, asked anew after an ``await`` (``cancel`` may have run meanwhile).
@@ -140,7 +141,7 @@ class JobManager:
         definition = find_operation(operation)
         checked = definition.validate({} if arguments is None else arguments)
         job = await self.read(self.journal.create_job, uuid.uuid4().hex, definition.name, checked, new_operation_id())
-        self._jobs[job.job_id] = _Job()
+        self._jobs[job.job_id] = _Job(cancel_grace=definition.cancel_grace_seconds)
         self._queue.append(job.job_id)
         self._start_queued()
         return job
@@ -342,7 +343,11 @@ class JobManager:
             self._finish(job_id, "cancelled", error=_cancelled("cancelled before it started"))
         else:
             entry.cancelled = True
-            await entry.worker.terminate(_CANCEL_GRACE_SECONDS)
+            # the worker winds the job down (a ColdSnap controller may take minutes): answer within 15 s,
+            # with the job still running if it has not finished by then; SIGKILL follows after its grace
+            terminate = asyncio.get_running_loop().create_task(entry.worker.terminate(entry.cancel_grace))
+            self._tasks.add(terminate)
+            terminate.add_done_callback(self._tasks.discard)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(entry.done.wait(), 15)
         return await self.read(self.journal.job, job_id) or job

@@ -69,10 +69,14 @@ def _in_range(low: int, high: int) -> Callable[[str, Any], Any]:
 
 @dataclass(frozen=True)
 class DaemonOperation:
+    """A job the daemon can run. On cancel its worker gets SIGTERM (raised in the job as
+    ``OperationCancelled``), then SIGKILL after ``cancel_grace_seconds``."""
+
     name: str
     run: Callable[[SparkrunContext, dict[str, Any], Prompter], Any]
     params: Mapping[str, Param] = field(default_factory=dict)
     description: str = ""
+    cancel_grace_seconds: float = 3.0
 
     def validate(self, arguments: Any) -> dict[str, Any]:
         """Check ``arguments`` against the parameters; errors name the argument and the expected type."""
@@ -158,6 +162,27 @@ def _logs(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) 
     return list(api.logs(arguments["name"], tail=arguments.get("tail"), sctx=sctx))
 
 
+def _coldsnap(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
+    from sparkrun import api
+
+    options = api.ColdSnapOptions(
+        arguments["operation"],
+        arguments["target"],
+        controller=arguments.get("controller"),
+        snapshot_driver=arguments.get("snapshot_driver"),
+    )
+    return _plain(api.coldsnap(options, sctx=sctx))
+
+
+def _one_of(*choices: str) -> Callable[[str, Any], Any]:
+    def check(field: str, value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"{field} is {value!r}; it must be one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
 def _plain(value: Any) -> Any:
     from dataclasses import asdict
 
@@ -182,6 +207,19 @@ def _register_builtins() -> None:
             "stop", _stop, {"name": Param(str, check=check_name), "all": Param(bool)}, "Stop a deployment."
         ),
         DaemonOperation("status", _status, {}, "List deployments."),
+        DaemonOperation(
+            "coldsnap",
+            _coldsnap,
+            {
+                "operation": Param(str, True, check=_one_of("capture", "restore", "sleep", "wake", "status")),
+                "target": Param(str, True),
+                "controller": Param(str),
+                "snapshot_driver": Param(str),
+            },
+            "Run a ColdSnap operation through its controller.",
+            # the controller may clean up for up to 300 s after SIGTERM; the worker then reports how it ended
+            cancel_grace_seconds=310.0,
+        ),
         DaemonOperation(
             "logs",
             _logs,

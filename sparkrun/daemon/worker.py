@@ -6,7 +6,8 @@ writes JSON messages (``event``, ``prompt``, ``result``, ``error``) to its
 original stdout, which it keeps for itself: anything else the job prints
 goes to stderr, the worker's log. Logging runs at PROGRESS, and plain
 threads started without context are bound to the job, so legacy plugin
-logging reaches the journal as ``log`` events. A secret answer is redacted
+logging reaches the journal as ``log`` events. The daemon cancels a job with
+SIGTERM, which the job sees as ``OperationCancelled``. A secret answer is redacted
 from every later event and log line before it leaves the process.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import uuid
@@ -181,7 +183,15 @@ def run_job(spec: dict[str, Any], channel: _Channel, answers: IO[str]) -> None:
             telemetry.shutdown()
 
 
+def _cancelled_by_daemon(signum: int, frame: Any) -> None:
+    """SIGTERM is the daemon cancelling the job: unwind it like any cancel, so what it started is cleaned up."""
+    from sparkrun.errors import OperationCancelled
+
+    raise OperationCancelled("cancelled by the daemon")
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _cancelled_by_daemon)
     channel = _Channel(os.fdopen(os.dup(1), "w", encoding="utf-8"))
     os.dup2(2, 1)  # the job's own prints (and its children's) go to the worker log
     sys.stdout = sys.stderr

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.coldsnap_harness import Snap
 from tests.integration.daemon_harness import DaemonProcess
 from tests.integration.phoenix import PhoenixServer
 
@@ -52,3 +53,21 @@ def start_daemon(tmp_path) -> Iterator[Any]:
 @pytest.fixture
 def daemon(start_daemon) -> DaemonProcess:
     return start_daemon()
+
+
+@pytest.fixture
+def snap(tmp_path) -> Iterator[Snap]:
+    """A workload on two loopback hosts under the example ColdSnap controller; its servers are killed after."""
+    workload = Snap(tmp_path)
+    try:
+        yield workload
+    finally:
+        workload.cleanup()
+
+
+@pytest.fixture
+def captured_snap(snap) -> Snap:
+    """``snap`` with its snapshot taken."""
+    done = snap.cli("capture")
+    assert done.returncode == 0, done.stderr
+    return snap

@@ -69,9 +69,11 @@ def check_array(field: str, value: Any, low: int, high: int) -> list[Any]:
     return value
 
 
-def check_keys(field: str, value: dict[str, Any], required: Collection[str], optional: Collection[str] = ()) -> None:
-    """Every key in ``required`` is present, and no key outside ``required`` and ``optional`` is."""
-    for key in value:
+def check_keys(
+    field: str, value: dict[str, Any], required: Collection[str], optional: Collection[str] = (), *, closed: bool = True
+) -> None:
+    """Every key in ``required`` is present and, if ``closed``, no key outside ``required`` and ``optional`` is."""
+    for key in value if closed else ():
         if key not in required and key not in optional:
             allowed = ", ".join(sorted([*required, *optional]))
             raise FieldError(f"{field} has an unknown key {short_repr(key)}; the keys are {allowed}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sparkrun.errors import SparkrunError
+from sparkrun.errors import ColdSnapError
 from sparkrun.plugins.coldsnap.canonical import strict_loads
 from sparkrun.plugins.coldsnap.fields import quote, request_value
 
@@ -25,7 +25,7 @@ MAX_PREPARATION_BYTES = 4 * 1024 * 1024
 _WHAT = "restore preparation"
 
 
-class PreparationError(SparkrunError):
+class PreparationError(ColdSnapError):
     """The prepare-only output is unusable or about another request; the old workload must stay."""
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkrun.core.text_files import read_text_file
-from sparkrun.errors import SparkrunError
+from sparkrun.errors import ColdSnapError
 from sparkrun.plugins.coldsnap.canonical import strict_loads
 from sparkrun.plugins.coldsnap.fields import (
     FieldError,
@@ -86,7 +86,7 @@ _RFC3339 = re.compile(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class ReceiptError(SparkrunError):
+class ReceiptError(ColdSnapError):
     """The controller's receipt is unusable or contradicts the request; the message names the field and value."""
 
 
@@ -182,7 +182,8 @@ def _parse(value: Any) -> Receipt:
     receipt = check_object("the receipt", value)
     _constant(receipt, "kind", RECEIPT_KIND)
     _constant(receipt, "format", RECEIPT_FORMAT)
-    check_keys("the receipt", receipt, _REQUIRED, ("error",))
+    # Open, unlike the timing stream: a later controller may add a field without breaking restores.
+    check_keys("the receipt", receipt, _REQUIRED, ("error",), closed=False)
     operation_id = check_id("operation_id", receipt["operation_id"])
     operation = check_choice("operation", receipt["operation"], OPERATIONS)
     state = check_choice("state", receipt["state"], RECEIPT_STATES)
@@ -194,7 +195,7 @@ def _parse(value: Any) -> Receipt:
     completed_at, completed_unix = _timestamp("completed_at", receipt["completed_at"])
     duration_seconds = check_seconds("duration_seconds", receipt["duration_seconds"])
     result = check_object("result", receipt["result"])
-    check_keys("result", result, (), RESULT_KEYS)
+    check_keys("result", result, (), RESULT_KEYS, closed=False)
     error = _error(state, receipt)
     try:
         clocks, spans = validate_timing(receipt["timing"], "timing")

@@ -256,3 +256,24 @@ def test_attributes_beyond_the_metric_budget_are_counted_not_lost_silently(sctx)
     metrics = event["metrics"]
     assert len(metrics) == 32 and metrics["unit"] == "unit-0"
     assert metrics["dropped_attributes"] == 13  # 3 of ours + 28 attributes fit; 12 more and the long key do not
+
+
+def test_foreign_text_that_could_redraw_a_terminal_is_made_printable(sctx):
+    with operation_scope(sctx, name="import"):
+        SpanImporter(get_feedback("coldsnap"), prefix="coldsnap").finished(
+            ForeignSpan(
+                "x\x1b",
+                "evil\x1b[2J",
+                T0,
+                duration_seconds=0.5,
+                failed=True,
+                error="bad\rline\ud800",
+                host="h\x07",
+                attributes={"note": "a\x1b]0;title\x07"},
+            )
+        )
+    (event,) = [e for e in drain(sctx.queue) if e.get("source", "").startswith("coldsnap.")]
+    assert event["source"] == "coldsnap.evil\ufffd[2J" and event["host"] == "h\ufffd"
+    assert event["activity_id"].endswith("/x\ufffd")
+    assert event["message"] == "evil\ufffd[2J failed after 500.0 ms: bad\ufffdline\ufffd"
+    assert event["metrics"]["note"] == "a\ufffd]0;title\ufffd"
