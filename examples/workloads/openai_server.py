@@ -1,40 +1,45 @@
 """A minimal OpenAI-compatible inference server that sparkrun recipes launch as an example workload.
 
-It stands in for a real engine (vLLM, llama.cpp, ...) in examples and integration tests: it speaks the
-same HTTP surface (``/health``, ``/v1/models``, ``/v1/chat/completions`` with and without streaming),
-takes a while to "load" like a real model, logs one line per request and stops cleanly on SIGTERM.
-Replies are deterministic -- ``echo:`` followed by the words of the last user message in reverse
-order -- so tests can assert exact output. Standard library only, so it runs on any host with Python.
+It stands in for a real engine (vLLM, llama.cpp, ...) in examples, integration tests and benchmark runs:
+it speaks the same HTTP surface (``/health``, ``/v1/models``, ``/v1/chat/completions`` with and without
+streaming), takes a while to "load" like a real model, logs one line per request and stops cleanly on
+SIGTERM. Standard library only, so it runs on any host with Python.
+
+Replies are deterministic, so tests can assert exact output (the rules live in ``example_engine/``):
+
+- a plain message gets ``echo:`` followed by its words in reverse order (a question about the capital
+  of a country it knows gets the city instead, which is what llama-benchy's coherence check asks);
+- a request that offers ``tools`` gets OpenAI ``tool_calls`` chosen by keyword rules, and after the tool
+  results a final answer restating them (``example_engine/tools.py``);
+- tokens are whitespace-separated words; ``usage`` counts them, also at the end of a stream when
+  ``stream_options.include_usage`` asks; ``max_tokens``, ``max_completion_tokens``, ``min_tokens`` and
+  ``ignore_eos`` set the reply's length (``example_engine/chat.py``).
+
+``--prompt-token-delay`` and ``--token-delay`` make "prefill" and "generation" take time, so benchmarks
+measure finite token rates and a stream can be watched token by token.
 
 Usage:
     python examples/workloads/openai_server.py --host 127.0.0.1 --port 8000 --model NAME [--startup-delay 5]
+        [--prompt-token-delay SECONDS] [--token-delay SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from example_engine.chat import ClientError, assemble, completion_id, parse_chat_request, reply_deltas, usage
+
 CREATED = 1_700_000_000  # Fixed, so identical requests give byte-identical responses.
-MAX_BODY_BYTES = 1 << 20  # A chat request is small; refuse to buffer anything bigger.
-
-
-class ClientError(Exception):
-    """A request the client got wrong: answered with an OpenAI error body, never a traceback."""
-
-    def __init__(self, status: HTTPStatus, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
+MAX_BODY_BYTES = 16 << 20  # Far above a long-context benchmark prompt; refuse to buffer anything bigger.
 
 
 class Shutdown(BaseException):
@@ -52,59 +57,14 @@ def error_body(message: str, param: str | None = None, code: str | None = None) 
     return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
 
 
-def parse_chat_request(body: bytes, served_model: str) -> tuple[list[dict[str, str]], bool, int | None]:
-    """Validate a chat completion request; return its messages, stream flag and max_tokens."""
-    try:
-        request = json.loads(body)
-    except (ValueError, RecursionError):
-        raise ClientError(HTTPStatus.BAD_REQUEST, "Request body is not valid JSON.") from None
-    if not isinstance(request, dict):
-        raise ClientError(HTTPStatus.BAD_REQUEST, "Request body must be a JSON object.")
-    messages = request.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ClientError(HTTPStatus.BAD_REQUEST, "'messages' must be a non-empty array.", "messages")
-    for index, message in enumerate(messages):
-        fields = (message.get("role"), message.get("content")) if isinstance(message, dict) else (None, None)
-        if not all(isinstance(field, str) for field in fields):
-            param = f"messages[{index}]"
-            raise ClientError(HTTPStatus.BAD_REQUEST, f"{param} needs a string 'role' and 'content'.", param)
-    if not any(message["role"] == "user" for message in messages):
-        raise ClientError(HTTPStatus.BAD_REQUEST, "'messages' must contain a user message.", "messages")
-    model = request.get("model")
-    if not isinstance(model, str) or not model:
-        raise ClientError(HTTPStatus.BAD_REQUEST, "'model' must be a non-empty string.", "model")
-    if model != served_model:
-        message = f"The model '{model}' does not exist; this server serves '{served_model}'."
-        raise ClientError(HTTPStatus.NOT_FOUND, message, "model", "model_not_found")
-    stream = request.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise ClientError(HTTPStatus.BAD_REQUEST, "'stream' must be a boolean.", "stream")
-    max_tokens = request.get("max_tokens")
-    if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
-        raise ClientError(HTTPStatus.BAD_REQUEST, "'max_tokens' must be a positive integer.", "max_tokens")
-    return messages, bool(stream), max_tokens
-
-
-def complete(messages: list[dict[str, str]], max_tokens: int | None) -> tuple[list[str], str]:
-    """The reply's words and finish reason; it depends on the last user message only."""
-    last_user = next(message for message in reversed(messages) if message["role"] == "user")
-    words = ["echo:", *reversed(last_user["content"].split())]
-    if max_tokens is not None and len(words) > max_tokens:
-        return words[:max_tokens], "length"
-    return words, "stop"
-
-
-def completion_id(messages: list[dict[str, str]]) -> str:
-    """Derived from the messages rather than random, so identical requests get identical bodies."""
-    canonical = json.dumps(messages, sort_keys=True, separators=(",", ":"))
-    return "chatcmpl-" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
-
-
 class Handler(BaseHTTPRequestHandler):
     """Routes the OpenAI subset; every answer, errors included, is JSON or Server-Sent Events."""
 
     protocol_version = "HTTP/1.1"
     server_version = "sparkrun-example/1.0"
+    # Headers and body go out as separate writes; with Nagle's algorithm the body would wait for the
+    # client's delayed ACK (about 40 ms), which benchmarks would measure as network latency.
+    disable_nagle_algorithm = True
 
     @property
     def model(self) -> str:
@@ -155,30 +115,43 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(HTTPStatus.OK, {"object": "list", "data": [model]})
 
     def _chat(self, body: bytes) -> None:
-        messages, stream, max_tokens = parse_chat_request(body, self.model)
-        words, finish_reason = complete(messages, max_tokens)
-        base = {"id": completion_id(messages), "object": "chat.completion", "created": CREATED, "model": self.model}
-        if stream:
-            self._stream(base, words, finish_reason)
+        request = parse_chat_request(body, self.model)
+        reply_id = completion_id(request.messages)
+        deltas, finish_reason = reply_deltas(request, reply_id)
+        counts = usage(request, deltas)
+        base = {"id": reply_id, "object": "chat.completion", "created": CREATED, "model": self.model}
+        time.sleep(self.server.prompt_token_delay * counts["prompt_tokens"])  # type: ignore[attr-defined]
+        if request.stream:
+            self._stream(base, deltas, finish_reason, counts if request.include_usage else None)
             return
-        reply = {"role": "assistant", "content": " ".join(words)}
-        prompt_tokens = sum(len(message["content"].split()) for message in messages)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words)}
-        usage["total_tokens"] = prompt_tokens + len(words)
-        choice = {"index": 0, "message": reply, "finish_reason": finish_reason}
-        self._send_json(HTTPStatus.OK, {**base, "choices": [choice], "usage": usage})
+        time.sleep(self.server.token_delay * len(deltas))  # type: ignore[attr-defined]
+        choice = {"index": 0, "message": assemble(deltas), "finish_reason": finish_reason}
+        self._send_json(HTTPStatus.OK, {**base, "choices": [choice], "usage": counts})
 
-    def _stream(self, base: dict[str, Any], words: list[str], finish_reason: str) -> None:
-        """One SSE event per word, flushed at once, as a token-streaming engine sends them."""
+    def _stream(
+        self, base: dict[str, Any], deltas: list[dict[str, Any]], finish_reason: str, counts: dict[str, int] | None
+    ) -> None:
+        """One SSE event per token, flushed at once, as a token-streaming engine sends them.
+
+        The first event carries the role, the last the finish reason; when the client asked for usage
+        (``stream_options.include_usage``) an event with no choices and the ``usage`` follows, as OpenAI
+        sends it, before ``[DONE]``.
+        """
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")  # No Content-Length: closing the connection ends the body.
         self.end_headers()
         self.close_connection = True
-        for delta, finish in chunks(words, finish_reason):
-            choice = {"index": 0, "delta": delta, "finish_reason": finish}
-            self._send_event(json.dumps({**base, "object": "chat.completion.chunk", "choices": [choice]}))
+        chunk = {**base, "object": "chat.completion.chunk"}
+        steps: list[tuple[dict[str, Any], str | None]] = [({"role": "assistant"}, None)]
+        steps += [(delta, None) for delta in deltas] + [({}, finish_reason)]
+        for index, (delta, finish) in enumerate(steps):
+            if 0 < index < len(steps) - 1:
+                time.sleep(self.server.token_delay)  # type: ignore[attr-defined]
+            self._send_event(json.dumps({**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
+        if counts is not None:
+            self._send_event(json.dumps({**chunk, "choices": [], "usage": counts}))
         self._send_event("[DONE]")
 
     def _send_event(self, data: str) -> None:
@@ -208,18 +181,12 @@ class Handler(BaseHTTPRequestHandler):
         """Silenced: log_request already gives the one line per request."""
 
 
-def chunks(words: list[str], finish_reason: str) -> Iterator[tuple[dict[str, str], str | None]]:
-    """The (delta, finish_reason) pairs of a streamed reply, in OpenAI's order."""
-    yield {"role": "assistant"}, None
-    for index, word in enumerate(words):
-        yield {"content": word if index == 0 else " " + word}, None
-    yield {}, finish_reason
-
-
 class Server(ThreadingHTTPServer):
-    """Carries the model name to handlers, and turns client hang-ups into one log line."""
+    """Carries the model name and delays to handlers, and turns client hang-ups into one log line."""
 
     model = ""
+    prompt_token_delay = 0.0
+    token_delay = 0.0
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], OSError):
@@ -243,9 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="port to listen on; 0 picks a free one")
     parser.add_argument("--model", required=True, help="model name to serve and accept in requests")
     parser.add_argument("--startup-delay", type=float, default=0.0, help="seconds of simulated loading")
+    parser.add_argument(
+        "--prompt-token-delay", type=float, default=0.0, help="seconds per prompt token before the reply starts"
+    )
+    parser.add_argument("--token-delay", type=float, default=0.0, help="seconds per generated token")
     args = parser.parse_args(argv)
-    if args.startup_delay < 0 or not math.isfinite(args.startup_delay):
-        parser.error("--startup-delay must be a finite number >= 0")
+    for option in ("startup_delay", "prompt_token_delay", "token_delay"):
+        value = getattr(args, option)
+        if value < 0 or not math.isfinite(value):
+            parser.error(f"--{option.replace('_', '-')} must be a finite number >= 0")
 
     def on_signal(_signum: int, _frame: object) -> None:
         """Python runs this in the main thread, which wakes from time.sleep or within serve_forever's poll."""
@@ -264,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 1
         server.model = args.model
+        server.prompt_token_delay, server.token_delay = args.prompt_token_delay, args.token_delay
         log(f"serving {args.model} on http://{args.host}:{server.server_address[1]}")
         server.serve_forever()
     except Shutdown:
