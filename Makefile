@@ -7,8 +7,13 @@ PY := $(VENV)/bin/python
 # Phoenix (the OTLP backend the integration tests export to) gets its own venv:
 # it is large and pulls in dependencies the project must not see.
 PHOENIX_VENV ?= .venv-phoenix
+# The benchmark frameworks sparkrun runs (llama-benchy, tool-eval-bench) get their own venv too, pinned:
+# they are the versions the offline fixtures in examples/benchmarks were checked against. The test
+# tests/integration/test_benchmark_frameworks_offline.py builds the same venv, with the same marker.
+BENCH_VENV ?= .venv-bench
+BENCH_FRAMEWORKS := llama-benchy==0.4.0 tool-eval-bench==3.0.0
 
-.PHONY: demo test lint bench clean phoenix prometheus
+.PHONY: demo test lint bench bench-env clean phoenix prometheus
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +28,16 @@ $(PHOENIX_VENV)/.installed:
 	touch $@
 
 phoenix: $(PHOENIX_VENV)/.installed
+
+# The marker holds the pinned requirements, so changing BENCH_FRAMEWORKS installs again.
+$(BENCH_VENV)/.installed: Makefile
+	@test -f $@ && [ "$$(cat $@)" = "$(BENCH_FRAMEWORKS)" ] && touch $@ || { \
+	  $(PYTHON) -m venv $(BENCH_VENV) && \
+	  $(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip && \
+	  $(BENCH_VENV)/bin/python -m pip install --quiet $(BENCH_FRAMEWORKS) && \
+	  echo "$(BENCH_FRAMEWORKS)" > $@; }
+
+bench-env: $(BENCH_VENV)/.installed
 
 # Debian's Prometheus server, which the dashboard validation runs for real.
 prometheus:
@@ -44,8 +59,9 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 # --durations: the slowest tests are listed after every run, so a test that grows slow shows up.
-test: lint $(PHOENIX_VENV)/.installed prometheus
-	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python $(PY) -m pytest --durations=15
+test: lint $(PHOENIX_VENV)/.installed $(BENCH_VENV)/.installed prometheus
+	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python SPARKRUN_TEST_BENCH_VENV=$(abspath $(BENCH_VENV)) \
+	  $(PY) -m pytest --durations=15
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_feedback.py
@@ -54,4 +70,4 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_stream.py
 
 clean:
-	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(PHOENIX_VENV) $(BENCH_VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
