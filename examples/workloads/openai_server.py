@@ -70,6 +70,10 @@ class Handler(BaseHTTPRequestHandler):
     def model(self) -> str:
         return self.server.model  # type: ignore[attr-defined]
 
+    def _pause(self, per_token: str, tokens: int) -> None:
+        """Simulated compute: ``tokens`` times the server's ``--prompt-token-delay`` or ``--token-delay``."""
+        time.sleep(getattr(self.server, per_token) * tokens)
+
     def _dispatch(self) -> None:
         routes = {
             "/health": {"GET": self._health},
@@ -120,11 +124,11 @@ class Handler(BaseHTTPRequestHandler):
         deltas, finish_reason = reply_deltas(request, reply_id)
         counts = usage(request, deltas)
         base = {"id": reply_id, "object": "chat.completion", "created": CREATED, "model": self.model}
-        time.sleep(self.server.prompt_token_delay * counts["prompt_tokens"])  # type: ignore[attr-defined]
+        self._pause("prompt_token_delay", counts["prompt_tokens"])
         if request.stream:
             self._stream(base, deltas, finish_reason, counts if request.include_usage else None)
             return
-        time.sleep(self.server.token_delay * len(deltas))  # type: ignore[attr-defined]
+        self._pause("token_delay", len(deltas))
         choice = {"index": 0, "message": assemble(deltas), "finish_reason": finish_reason}
         self._send_json(HTTPStatus.OK, {**base, "choices": [choice], "usage": counts})
 
@@ -148,7 +152,7 @@ class Handler(BaseHTTPRequestHandler):
         steps += [(delta, None) for delta in deltas] + [({}, finish_reason)]
         for index, (delta, finish) in enumerate(steps):
             if 0 < index < len(steps) - 1:
-                time.sleep(self.server.token_delay)  # type: ignore[attr-defined]
+                self._pause("token_delay", 1)
             self._send_event(json.dumps({**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
         if counts is not None:
             self._send_event(json.dumps({**chunk, "choices": [], "usage": counts}))
