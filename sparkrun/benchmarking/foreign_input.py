@@ -67,8 +67,8 @@ def loads(text: str) -> Any:
     except ForeignJSONError:
         raise
     except json.JSONDecodeError as exc:
-        raise ForeignJSONError(f"not valid JSON ({exc.msg} at character {exc.pos})") from None
+        raise ForeignJSONError(f"not valid JSON: {exc.msg.removesuffix(' at')} at character {exc.pos}") from None
     except RecursionError:
         raise ForeignJSONError("nested too deeply to decode") from None
     except (ValueError, OverflowError) as exc:  # defensive: a conversion the decoder delegates
-        raise ForeignJSONError(f"not valid JSON ({short_repr(str(exc))})") from None
+        raise ForeignJSONError(f"not valid JSON: {short_repr(str(exc))}") from None

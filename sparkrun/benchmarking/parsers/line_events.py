@@ -87,7 +87,7 @@ class LineDecoder:
         try:
             event = loads(visible)
         except ForeignJSONError as exc:
-            return BadLine(f"line {self.lines} is {exc}")
+            return BadLine(f"line {self.lines}: {exc}")
         if type(event) is not dict:
             return BadLine(f"line {self.lines} is a JSON {_json_kind(event)}, not an object")
         kind = event.get(self.type_key)

@@ -93,17 +93,20 @@ class LlamaBenchyParser:
     def finish(self, result: Any, *, success: bool) -> Fields:
         self._stage = "finalization"
         summary, problem = _summary(result)
+        done = f"{self._finished} requests"
         level: Level = "progress"
         if not success:
-            level, message = "error", f"{_TOOL} failed after {self._finished} finished requests"
-        elif summary is None or not summary.measured:
-            level = "warning"
-            message = f"{_TOOL} finished but measured nothing ({_nothing(summary)}, {self._finished} requests)"
+            level, message = "error", f"{_TOOL} failed after {done}"
+        elif problem:
+            level, message = "warning", f"{_TOOL} finished ({done}), but its result is unusable: {problem}"
+        elif summary is not None and summary.measured:
+            message = f"{_TOOL} finished: {_headline(summary)} ({_entries(summary.benchmarks)}, {done})"
+        elif summary is None and self._finished:
+            message = f"{_TOOL} finished ({done}; no result to reconcile with)"
         else:
-            message = f"{_TOOL} finished: {_headline(summary)} ({_entries(summary.benchmarks)})"
-        if problem:
-            level = "error" if not success else "warning"
-            message += f"; the result is unusable: {problem}"
+            level, message = "warning", f"{_TOOL} finished but measured nothing ({_nothing(summary)}, {done})"
+        if not success and problem:
+            message += f"; its result is unusable: {problem}"
         fields = self._report(message, level=level, figures=summary.figures if summary else None)
         fields["status"] = "succeeded" if success else "failed"
         return fields
@@ -216,7 +219,7 @@ class LlamaBenchyParser:
 
     def _summary_text(self) -> str:
         in_flight = max(self._started - self._finished, 0)
-        message = f"{self._finished} requests finished, {in_flight} in flight"
+        message = f"{self._finished} request{'' if self._finished == 1 else 's'} finished, {in_flight} in flight"
         if self._failed:
             message += f", {self._failed} failed"
         rate = self._output_rate()

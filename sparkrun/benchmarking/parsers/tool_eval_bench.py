@@ -104,18 +104,22 @@ class ToolEvalBenchParser:
         summary, problem = _summary(result)
         if summary is not None:
             self._reconcile(summary)
+        progress = self._progress_text()
+        level: Level = "progress"
         if not success:
-            level: Level = "error"
-            message = f"{_TOOL} failed after {self._progress_text()}"
-        elif summary is None or not summary.measured:
-            level, message = "warning", f"{_TOOL} finished but measured nothing ({self._progress_text()})"
+            level, message = "error", f"{_TOOL} failed after {progress}"
+        elif problem:
+            level, message = "warning", f"{_TOOL} finished ({progress}), but its result is unusable: {problem}"
+        elif summary is not None and summary.measured:
+            message = f"{_TOOL} finished: {_outcome_text(summary)}"
+        elif summary is None and self._current():
+            message = f"{_TOOL} finished ({progress}; no result to reconcile with)"
         else:
-            level, message = "progress", f"{_TOOL} finished: {_outcome_text(summary)}"
+            level, message = "warning", f"{_TOOL} finished but measured nothing ({progress})"
+        if not success and problem:
+            message += f"; its result is unusable: {problem}"
         if summary is not None and summary.error:
             message += f"; the tool reported: {printable(summary.error, 1000)}"
-        if problem:
-            level = "error" if not success else "warning"
-            message += f"; the result is unusable: {problem}"
         fields = self._report(message, level=level, figures=summary.figures if summary else None)
         fields["status"] = "succeeded" if success else "failed"
         return fields
