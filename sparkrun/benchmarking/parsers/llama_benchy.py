@@ -27,6 +27,7 @@ probe and ``bench_complete`` are; otherwise at most one report per
 from __future__ import annotations
 
 import logging
+from math import isfinite
 from typing import Any
 
 from sparkrun.benchmarking.foreign_input import printable
@@ -228,7 +229,7 @@ class LlamaBenchyParser:
     def _output_rate(self) -> float | None:
         if self._first_ts is None or self._last_ts is None or self._last_ts <= self._first_ts:
             return None
-        return self._streamed / (self._last_ts - self._first_ts)
+        return _finite(self._streamed / (self._last_ts - self._first_ts))
 
     def _invalid(self, event: dict[str, Any], key: str) -> Fields | None:
         kind = printable(event["type"], 40)
@@ -261,7 +262,9 @@ class LlamaBenchyParser:
         }
         optional: dict[str, float | int | None] = {
             "output_tokens_per_second": self._output_rate(),
-            "decode_tokens_per_second": self._decode_tokens / self._decode_seconds if self._decode_seconds else None,
+            "decode_tokens_per_second": _finite(self._decode_tokens / self._decode_seconds)
+            if self._decode_seconds
+            else None,
             "mean_ttft_ms": self._ttft_sum / self._ttft_count * 1000 if self._ttft_count else None,
             "latency_ms": self._latency_ms,
             "ignored_lines": self._bad_lines.seen or None,
@@ -322,6 +325,11 @@ def _headline(summary: LlamaBenchyResult) -> str:
         if value is not None
     ]
     return ", ".join(parts) or "measured"
+
+
+def _finite(rate: float) -> float | None:
+    """A rate, or None when a tiny duration made it overflow (a denormal ``decode_seconds``, say)."""
+    return rate if isfinite(rate) else None
 
 
 def _entries(benchmarks: int) -> str:

@@ -271,3 +271,17 @@ def test_good_lines_after_bad_ones_still_count(context, name):
         run.feed_all(["{bad", "[1]", None, "{" * 70_000])
         answers = run.feed_all(good)
     assert answers[-1]["current"] == 1 and answers[-1]["metrics"]["ignored_lines"] == 4
+
+
+def test_tiny_durations_never_make_a_rate_infinite(context):
+    # Found by the property tests: 1 token over a denormal decode time overflowed to inf.
+    lines = [
+        lb_start(0, 0.0, concurrency=1),
+        lb_tokens(0, 5e-324, count=1000),
+        lb("request_end", 5e-324, request_id=0, total_tokens=1, prompt_tokens=0, decode_seconds=2.2250738585e-313),
+    ]
+    with delivering(context, LlamaBenchyParser(report_interval=0)) as run:
+        answers = run.feed_all(lines)
+    assert "decode_tokens_per_second" not in answers[-1]["metrics"]
+    assert "output_tokens_per_second" not in answers[-1]["metrics"]
+    assert answers[-1]["current"] == 1
