@@ -20,7 +20,7 @@ Outcomes (pass/partial/fail tallies, points) are metrics of every report.
 With one trial a scenario reported twice counts once, with its latest
 outcome; with several trials every result counts. Memory: one trial keeps the
 latest outcome of up to :data:`MAX_SCENARIO_IDS` distinct scenario ids of at
-most :data:`MAX_SCENARIO_ID_CHARS` characters (about 25 MB at worst); results
+most :data:`MAX_SCENARIO_ID_CHARS` characters (under 30 MB at worst); results
 of further ids are counted without telling repeats apart (and said so once).
 Several trials keep no ids at all.
 """
