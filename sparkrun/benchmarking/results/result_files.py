@@ -42,11 +42,12 @@ class ResultFileError(SparkrunError, ValueError):
 
 def read_result_json(path: str | os.PathLike[str], *, what: str, limit: int) -> Any:
     """The decoded JSON of the result file at ``path`` (at most ``limit`` bytes)."""
-    name = printable(os.fspath(path), 1024)
+    raw = os.fspath(path)
+    name = printable(raw, 1024)
     try:
-        text = read_text_file(Path(path), what=what, limit=limit, error=ResultFileError)
-    except ResultFileError as exc:
-        raise ResultFileError(str(exc), name=name) from exc.__cause__
+        text = read_text_file(Path(raw), what=what, limit=limit, error=ResultFileError)
+    except ResultFileError as exc:  # the same refusal, with the path as it may be shown
+        raise ResultFileError(str(exc).replace(f"path={raw}", f"path={name}"), name=name) from exc.__cause__
     try:
         return loads(text)
     except ForeignJSONError as exc:
