@@ -4,6 +4,8 @@ See :mod:`sparkrun.benchmarking.parsers.base` for the interface every parser
 implements and what it promises about untrusted input.
 """
 
+from typing import TYPE_CHECKING
+
 from sparkrun.benchmarking.parsers.base import MAX_LINE_CHARS, MAX_PARSER_METRICS, Fields, ProgressParser
 from sparkrun.benchmarking.parsers.llama_benchy import LlamaBenchyParser
 from sparkrun.benchmarking.parsers.tool_eval_bench import ToolEvalBenchParser
@@ -16,3 +18,6 @@ __all__ = [
     "ProgressParser",
     "ToolEvalBenchParser",
 ]
+
+if TYPE_CHECKING:  # mypy checks that both parsers implement the interface
+    _IMPLEMENTATIONS: tuple[type[ProgressParser], ...] = (LlamaBenchyParser, ToolEvalBenchParser)
