@@ -11,23 +11,33 @@ warnings.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import isfinite
-from typing import Any
+from typing import Any, TypeVar
 
 from sparkrun.benchmarking.foreign_input import ForeignJSONError, loads, printable
-from sparkrun.benchmarking.parsers.base import MAX_LINE_CHARS
+from sparkrun.benchmarking.parsers.base import MAX_LINE_CHARS, Fields
+from sparkrun.benchmarking.results.result_files import ResultFileError
 from sparkrun.core.envelope import INT64_MAX
+from sparkrun.core.events import Level
+from sparkrun.core.short_repr import short_repr
 
 __all__ = [
     "INDIVIDUAL_NOTICES",
     "BadLine",
+    "EventLineParser",
     "LineDecoder",
     "NoticeBudget",
+    "accepted",
     "count",
     "number",
     "text",
 ]
+
+_log = logging.getLogger(__name__)
+_Summary = TypeVar("_Summary")
 
 #: The first this-many notices of a kind are each reported; after that, only the 10th, 100th, 1000th, ...
 INDIVIDUAL_NOTICES = 5
@@ -117,3 +127,63 @@ def number(value: object, limit: float) -> float | None:
 def text(value: object, limit: int) -> str | None:
     """``value`` made printable and cut to ``limit`` characters if it is a non-empty string, else ``None``."""
     return printable(value, limit) if type(value) is str and value else None
+
+
+class EventLineParser:
+    """What both parsers share: decoding each line, never raising, and the bad-line budget.
+
+    A subclass names its ``tool``, handles decoded events in :meth:`_event`
+    and builds its reports in :meth:`_report`.
+    """
+
+    tool = "framework"
+
+    def __init__(self, type_key: str) -> None:
+        self._decoder = LineDecoder(type_key)
+        self._bad_lines = NoticeBudget()
+
+    def feed(self, line: str) -> Fields | None:
+        try:
+            event = self._decoder.decode(line)
+            if event is None:
+                return None
+            if isinstance(event, BadLine):
+                return self._ignore(event.problem)
+            return self._event(event)
+        except Exception as exc:  # a bug here must not end the benchmark; say what happened
+            _log.warning("%s parser failed on line %d: %s", self.tool, self._decoder.lines, type(exc).__name__)
+            return self._ignore(f"line {self._decoder.lines} could not be read ({type(exc).__name__})")
+
+    def _event(self, event: dict[str, Any]) -> Fields | None:
+        raise NotImplementedError
+
+    def _report(self, message: str, *, level: Level = "progress") -> Fields:
+        raise NotImplementedError
+
+    def _ignore(self, problem: str) -> Fields | None:
+        """Count a bad line; a warning when the budget admits it."""
+        if not self._bad_lines.admit():
+            return None
+        return self._report(f"Ignored a line from {self.tool}: {problem}", level="warning")
+
+    def _invalid(self, event: dict[str, Any], key: str, type_key: str) -> Fields | None:
+        kind = printable(event[type_key], 40)
+        return self._ignore(f"line {self._decoder.lines}: {kind} has an invalid {key} {short_repr(event.get(key))}")
+
+
+def accepted(result: object, kind: type[_Summary], summarize: Callable[[Any], _Summary]) -> tuple[_Summary | None, str]:
+    """The summary of a result handed to ``finish``, and why it is unusable ("" when it is not).
+
+    ``result`` is ``None``, an already made summary (``kind``) or the decoded JSON of the result file.
+    """
+    if result is None:
+        return None, ""
+    if isinstance(result, kind):
+        return result, ""
+    try:
+        return summarize(result), ""
+    except ResultFileError as exc:
+        return None, printable(str(exc), 1000)
+    except Exception as exc:  # a reader bug must not end the benchmark either
+        _log.warning("reading a result failed: %s", type(exc).__name__)
+        return None, f"it could not be read ({type(exc).__name__})"

@@ -26,22 +26,18 @@ probe and ``bench_complete`` are; otherwise at most one report per
 
 from __future__ import annotations
 
-import logging
 from math import isfinite
 from typing import Any
 
 from sparkrun.benchmarking.foreign_input import printable
 from sparkrun.benchmarking.parsers.base import Fields, MetricValue
-from sparkrun.benchmarking.parsers.line_events import BadLine, LineDecoder, NoticeBudget, count, number, text
+from sparkrun.benchmarking.parsers.line_events import EventLineParser, NoticeBudget, accepted, count, number, text
 from sparkrun.benchmarking.results.llama_benchy import LlamaBenchyResult, summarize_llama_benchy
-from sparkrun.benchmarking.results.result_files import ResultFileError
 from sparkrun.core.envelope import INT64_MAX
 from sparkrun.core.events import Level
 from sparkrun.core.short_repr import short_repr
 
 __all__ = ["PROGRESS_SCHEMA", "LlamaBenchyParser"]
-
-_log = logging.getLogger(__name__)
 
 #: The progress schema this parser reads; another one is read the same way after one warning.
 PROGRESS_SCHEMA = "llama-benchy-progress.v1"
@@ -53,16 +49,17 @@ _MAX_TS = 1e11  # Unix seconds: year 5138
 _TEST_FIELDS = ("prompt_size", "response_size", "context_size", "concurrency")
 
 
-class LlamaBenchyParser:
+class LlamaBenchyParser(EventLineParser):
     """Reads one llama-benchy attempt's progress events."""
+
+    tool = _TOOL
 
     def __init__(self, *, source: str = "benchmark.llama-benchy", report_interval: float = 1.0) -> None:
         if type(report_interval) not in (int, float) or not 0 <= report_interval <= 3600:
             raise ValueError(f"report_interval is {report_interval!r}; it must be 0 to 3600 seconds")
+        super().__init__("type")
         self.source = source
         self._interval = float(report_interval)
-        self._decoder = LineDecoder("type")
-        self._bad_lines = NoticeBudget()
         self._failures = NoticeBudget()
         self._stage = "preparation"
         self._schema_warned = False
@@ -79,21 +76,9 @@ class LlamaBenchyParser:
     def start(self) -> Fields:
         return self._report(f"{_TOOL} is preparing (tokenizer, corpus, warm-up, latency probe)")
 
-    def feed(self, line: str) -> Fields | None:
-        try:
-            event = self._decoder.decode(line)
-            if event is None:
-                return None
-            if isinstance(event, BadLine):
-                return self._ignore(event.problem)
-            return self._event(event)
-        except Exception as exc:  # a bug here must not end the benchmark; say what happened
-            _log.warning("%s parser failed on line %d: %s", _TOOL, self._decoder.lines, type(exc).__name__)
-            return self._ignore(f"line {self._decoder.lines} could not be read ({type(exc).__name__})")
-
     def finish(self, result: Any, *, success: bool) -> Fields:
         self._stage = "finalization"
-        summary, problem = _summary(result)
+        summary, problem = accepted(result, LlamaBenchyResult, summarize_llama_benchy)
         done = f"{self._finished} requests"
         level: Level = "progress"
         if not success:
@@ -141,7 +126,7 @@ class LlamaBenchyParser:
     def _latency(self, event: dict[str, Any], ts: float | None) -> Fields | None:
         latency = number(event.get("latency_s"), _MAX_SECONDS)
         if latency is None:
-            return self._invalid(event, "latency_s")
+            return self._invalid(event, "latency_s", "type")
         self._latency_ms = latency * 1000
         mode = text(event.get("mode"), 40)
         return self._report(f"Measured latency {self._latency_ms:.2f} ms ({mode or 'unknown mode'})", ts=ts)
@@ -151,7 +136,7 @@ class LlamaBenchyParser:
         for key in _TEST_FIELDS:
             value = count(event.get(key), _MAX_SIZE)
             if value is None:
-                return self._invalid(event, key)
+                return self._invalid(event, key, "type")
             sizes.append(value)
         test = tuple(sizes)
         self._started += 1
@@ -167,7 +152,7 @@ class LlamaBenchyParser:
     def _first_token(self, event: dict[str, Any], ts: float | None) -> Fields | None:
         ttft = number(event.get("ttft_s"), _MAX_SECONDS)
         if ttft is None:
-            return self._invalid(event, "ttft_s")
+            return self._invalid(event, "ttft_s", "type")
         self._ttft_sum += ttft
         self._ttft_count += 1
         return self._progress(ts)
@@ -175,20 +160,20 @@ class LlamaBenchyParser:
     def _tokens(self, event: dict[str, Any], ts: float | None) -> Fields | None:
         chunk = count(event.get("count"), _MAX_CHUNK)
         if chunk is None:
-            return self._invalid(event, "count")
+            return self._invalid(event, "count", "type")
         self._streamed += chunk
         return self._progress(ts)
 
     def _request_end(self, event: dict[str, Any], ts: float | None) -> Fields | None:
         generated = count(event.get("total_tokens"), _MAX_SIZE)
         if generated is None:
-            return self._invalid(event, "total_tokens")
+            return self._invalid(event, "total_tokens", "type")
         prompt = count(event.get("prompt_tokens"), _MAX_SIZE)
         if prompt is None:
-            return self._invalid(event, "prompt_tokens")
+            return self._invalid(event, "prompt_tokens", "type")
         decode = number(event.get("decode_seconds"), _MAX_SECONDS)
         if decode is None:
-            return self._invalid(event, "decode_seconds")
+            return self._invalid(event, "decode_seconds", "type")
         self._finished += 1
         self._generated += generated
         self._prompt += prompt
@@ -230,16 +215,6 @@ class LlamaBenchyParser:
         if self._first_ts is None or self._last_ts is None or self._last_ts <= self._first_ts:
             return None
         return _finite(self._streamed / (self._last_ts - self._first_ts))
-
-    def _invalid(self, event: dict[str, Any], key: str) -> Fields | None:
-        kind = printable(event["type"], 40)
-        line = self._decoder.lines
-        return self._ignore(f"line {line}: {kind} has an invalid {key} {short_repr(event.get(key))}")
-
-    def _ignore(self, problem: str) -> Fields | None:
-        if not self._bad_lines.admit():
-            return None
-        return self._report(f"Ignored a line from {_TOOL}: {problem}", level="warning")
 
     def _report(
         self,
@@ -295,17 +270,6 @@ _HANDLERS = {
     "request_end": LlamaBenchyParser._request_end,
     "bench_complete": LlamaBenchyParser._complete,
 }
-
-
-def _summary(result: Any) -> tuple[LlamaBenchyResult | None, str]:
-    if result is None:
-        return None, ""
-    if isinstance(result, LlamaBenchyResult):
-        return result, ""
-    try:
-        return summarize_llama_benchy(result), ""
-    except ResultFileError as exc:
-        return None, printable(str(exc), 1000)
 
 
 def _nothing(summary: LlamaBenchyResult | None) -> str:

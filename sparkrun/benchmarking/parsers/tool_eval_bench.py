@@ -27,20 +27,24 @@ Several trials keep no ids at all.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from sparkrun.benchmarking.foreign_input import printable
 from sparkrun.benchmarking.parsers.base import Fields, MetricValue
-from sparkrun.benchmarking.parsers.line_events import BadLine, LineDecoder, NoticeBudget, count, number, text
-from sparkrun.benchmarking.results.result_files import ResultFileError
+from sparkrun.benchmarking.parsers.line_events import (
+    BadLine,
+    EventLineParser,
+    NoticeBudget,
+    accepted,
+    count,
+    number,
+    text,
+)
 from sparkrun.benchmarking.results.tool_eval_bench import ToolEvalBenchResult, summarize_tool_eval_bench
 from sparkrun.core.events import Level
 from sparkrun.core.short_repr import short_repr
 
 __all__ = ["MAX_SCENARIO_IDS", "MAX_SCENARIO_ID_CHARS", "ToolEvalBenchParser"]
-
-_log = logging.getLogger(__name__)
 
 #: Distinct scenario ids remembered in a one-trial attempt (the contract's 100,000, with room to spare).
 MAX_SCENARIO_IDS = 131_072
@@ -53,16 +57,17 @@ _CODES = {status: code for code, status in enumerate(_STATUSES)}
 _TOOL = "tool-eval-bench"
 
 
-class ToolEvalBenchParser:
+class ToolEvalBenchParser(EventLineParser):
     """Reads one tool-eval-bench attempt run with ``trials`` trials (``--trials``)."""
+
+    tool = _TOOL
 
     def __init__(self, *, trials: int = 1, source: str = "benchmark.tool-eval-bench") -> None:
         if type(trials) is not int or trials < 1:
             raise ValueError(f"trials is {trials!r}; it must be an integer >= 1")
+        super().__init__("event")
         self.source = source
         self._trials = trials
-        self._decoder = LineDecoder("event")
-        self._bad_lines = NoticeBudget()
         self._tool_notices = NoticeBudget()
         self._stage = "preparation"
         self._announced: int | None = None
@@ -78,30 +83,21 @@ class ToolEvalBenchParser:
     def start(self) -> Fields:
         return self._report(f"{_TOOL} is preparing; waiting for its first scenario")
 
-    def feed(self, line: str) -> Fields | None:
-        try:
-            event = self._decoder.decode(line)
-            if event is None:
-                return None
-            if isinstance(event, BadLine):
-                return self._ignore(event.problem)
-            kind = event["event"]
-            if kind == "scenario_result":
-                return self._result(event)
-            if kind == "scenario_start":
-                return self._started(event)
-            if kind == "benchmark_complete":
-                return self._complete(event)
-            if kind in ("error", "log", "safety_gate_failed"):
-                return self._tool_notice(kind, event)
-            return None
-        except Exception as exc:  # a bug here must not end the benchmark; say what happened
-            _log.warning("%s parser failed on line %d: %s", _TOOL, self._decoder.lines, type(exc).__name__)
-            return self._ignore(f"line {self._decoder.lines} could not be read ({type(exc).__name__})")
+    def _event(self, event: dict[str, Any]) -> Fields | None:
+        kind = event["event"]
+        if kind == "scenario_result":
+            return self._result(event)
+        if kind == "scenario_start":
+            return self._started(event)
+        if kind == "benchmark_complete":
+            return self._complete(event)
+        if kind in ("error", "log", "safety_gate_failed"):
+            return self._tool_notice(kind, event)
+        return None
 
     def finish(self, result: Any, *, success: bool) -> Fields:
         self._stage = "finalization"
-        summary, problem = _summary(result)
+        summary, problem = accepted(result, ToolEvalBenchResult, summarize_tool_eval_bench)
         if summary is not None:
             self._reconcile(summary)
         progress = self._progress_text()
@@ -153,9 +149,7 @@ class ToolEvalBenchParser:
         code = _CODES.get(status) if type(status) is str else None
         points = count(event.get("points"), _MAX_POINTS)
         if code is None or points is None:
-            field, value = ("status", status) if code is None else ("points", event.get("points"))
-            line = self._decoder.lines
-            return self._ignore(f"line {line}: scenario_result has an invalid {field} {short_repr(value)}")
+            return self._invalid(event, "status" if code is None else "points", "event")
         self._stage = "scenarios"
         self._received += 1
         note = self._record(scenario, points * 3 + code, remember=self._trials == 1)
@@ -279,11 +273,6 @@ class ToolEvalBenchParser:
             return f"{self._current()} of {self._announced} scenarios"
         return f"{self._current()} scenarios"
 
-    def _ignore(self, problem: str) -> Fields | None:
-        if not self._bad_lines.admit():
-            return None
-        return self._report(f"Ignored a line from {_TOOL}: {problem}", level="warning")
-
     def _report(self, message: str, *, level: Level = "progress", figures: dict[str, Any] | None = None) -> Fields:
         fields: Fields = {"message": message, "level": level, "stage": self._stage, "status": "running"}
         fields["unit"] = "scenarios" if self._trials == 1 else "scenario results"
@@ -307,17 +296,6 @@ class ToolEvalBenchParser:
             metrics["ignored_lines"] = self._bad_lines.seen
         fields["metrics"] = metrics
         return fields
-
-
-def _summary(result: Any) -> tuple[ToolEvalBenchResult | None, str]:
-    if result is None:
-        return None, ""
-    if isinstance(result, ToolEvalBenchResult):
-        return result, ""
-    try:
-        return summarize_tool_eval_bench(result), ""
-    except ResultFileError as exc:
-        return None, printable(str(exc), 1000)
 
 
 def _outcome_text(summary: ToolEvalBenchResult) -> str:
