@@ -99,7 +99,8 @@ def stub_url() -> Iterator[str]:
 
 def _run(command: list[str], home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOME": str(home), "NO_COLOR": "1"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=False)
+    # cwd: tool-eval-bench keeps its run database under ./data of the working directory.
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=home, check=False)
 
 
 def _feed(tmp_path: Path, parser, stderr: str, result, *, success: bool):
