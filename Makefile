@@ -7,11 +7,10 @@ PY := $(VENV)/bin/python
 # Phoenix (the OTLP backend the integration tests export to) gets its own venv:
 # it is large and pulls in dependencies the project must not see.
 PHOENIX_VENV ?= .venv-phoenix
-# The benchmark frameworks sparkrun runs (llama-benchy, tool-eval-bench) get their own venv too, pinned:
-# they are the versions the offline fixtures in examples/benchmarks were checked against. The test
-# tests/integration/test_benchmark_frameworks_offline.py builds the same venv, with the same marker.
-BENCH_VENV ?= .venv-bench
-BENCH_FRAMEWORKS := llama-benchy==0.4.0 tool-eval-bench==3.0.0
+# The benchmark frameworks sparkrun runs (llama-benchy, tool-eval-bench) live in environments of their
+# own, pinned, which sparkrun's environment manager installs (`sparkrun benchmark setup`): the tests use
+# that cache instead of installing on first use.
+BENCH_ENVS ?= .bench-envs
 
 .PHONY: demo test lint bench bench-env clean phoenix prometheus
 
@@ -29,15 +28,9 @@ $(PHOENIX_VENV)/.installed:
 
 phoenix: $(PHOENIX_VENV)/.installed
 
-# The marker holds the pinned requirements, so changing BENCH_FRAMEWORKS installs again.
-$(BENCH_VENV)/.installed: Makefile
-	@test -f $@ && [ "$$(cat $@)" = "$(BENCH_FRAMEWORKS)" ] && touch $@ || { \
-	  $(PYTHON) -m venv $(BENCH_VENV) && \
-	  $(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip && \
-	  $(BENCH_VENV)/bin/python -m pip install --quiet $(BENCH_FRAMEWORKS) && \
-	  echo "$(BENCH_FRAMEWORKS)" > $@; }
-
-bench-env: $(BENCH_VENV)/.installed
+# `benchmark setup` installs only what is missing (or pinned differently), so this runs it every time.
+bench-env: $(VENV)/.installed
+	SPARKRUN_BENCHMARK_ENVS=$(abspath $(BENCH_ENVS)) $(VENV)/bin/sparkrun benchmark setup --no-otel
 
 # Debian's Prometheus server, which the dashboard validation runs for real.
 prometheus:
@@ -59,8 +52,8 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 # --durations: the slowest tests are listed after every run, so a test that grows slow shows up.
-test: lint $(PHOENIX_VENV)/.installed $(BENCH_VENV)/.installed prometheus
-	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python SPARKRUN_TEST_BENCH_VENV=$(abspath $(BENCH_VENV)) \
+test: lint $(PHOENIX_VENV)/.installed bench-env prometheus
+	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python SPARKRUN_BENCHMARK_ENVS=$(abspath $(BENCH_ENVS)) \
 	  $(PY) -m pytest --durations=15
 
 bench: $(VENV)/.installed
@@ -68,6 +61,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_otel.py
 	$(PY) benchmarks/bench_journal.py
 	$(PY) benchmarks/bench_stream.py
+	$(PY) benchmarks/bench_benchmarks.py
 
 clean:
-	rm -rf $(VENV) $(PHOENIX_VENV) $(BENCH_VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(PHOENIX_VENV) $(BENCH_ENVS) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info

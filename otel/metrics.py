@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 
 from otel.activity_tracker import Activity, ActivitySink
+from otel.benchmark_metrics import BenchmarkMetrics
 from sparkrun.core.events import FeedbackEvent
 
 __all__ = ["DURATION_BUCKETS", "MetricsSink", "SparkrunMetrics"]
@@ -66,6 +67,8 @@ class SparkrunMetrics:
         self._active = meter.create_up_down_counter(
             "sparkrun.operations.active", unit="{operation}", description="Operations running now."
         )
+        #: Benchmark figures, outcomes and attempt durations, from ``benchmark`` events.
+        self.benchmarks = BenchmarkMetrics(meter)
 
     def count_event(self, source: str, level: str, host: str | None = None, transferred: int | float = 0) -> None:
         """Count one report, and the bytes it says were ``transferred`` since the last one (one lock per report)."""

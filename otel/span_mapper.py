@@ -124,6 +124,8 @@ class SpanMapper(OperationObserver):
                 current.emitter.phase(event)
             elif isinstance(event.get("type"), str) and isinstance(event.get("message"), str):
                 current.emitter.other(event)
+                if event["type"] == "benchmark" and self.metrics is not None:
+                    self.metrics.benchmarks.event(event)
         except Exception:
             _log.debug("could not map event %r", event, exc_info=True)
 

@@ -10,7 +10,15 @@ from typing import Any
 
 from sparkrun.errors import ConfigError
 
-__all__ = ["Config", "default_config_path", "default_state_dir", "env_flag", "load_config", "otlp_endpoint"]
+__all__ = [
+    "Config",
+    "default_config_path",
+    "default_state_dir",
+    "env_flag",
+    "load_config",
+    "otlp_endpoint",
+    "xdg_location",
+]
 
 _ON = ("1", "true", "t", "yes", "y", "on")
 _OFF = ("0", "false", "f", "no", "n", "off")
@@ -31,24 +39,23 @@ def otlp_endpoint(env: Mapping[str, str], signal: str = "TRACES") -> str | None:
     return env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
 
 
+def xdg_location(explicit: str, xdg: str, fallback: str, *tail: str) -> Path:
+    """``$explicit`` if set, else ``$xdg/<tail>``, else ``~/<fallback>/<tail>``: the XDG base directory rule."""
+    chosen = os.environ.get(explicit)
+    if chosen:
+        return Path(chosen).expanduser()
+    base = os.environ.get(xdg)
+    return (Path(base).expanduser() if base else Path.home() / fallback).joinpath(*tail)
+
+
 def default_state_dir() -> Path:
     """``SPARKRUN_STATE_DIR``, else ``$XDG_STATE_HOME/sparkrun``, else ``~/.local/state/sparkrun``."""
-    explicit = os.environ.get("SPARKRUN_STATE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
-    return base / "sparkrun"
+    return xdg_location("SPARKRUN_STATE_DIR", "XDG_STATE_HOME", ".local/state", "sparkrun")
 
 
 def default_config_path() -> Path:
     """``SPARKRUN_CONFIG``, else ``$XDG_CONFIG_HOME/sparkrun/config.yaml``."""
-    explicit = os.environ.get("SPARKRUN_CONFIG")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
-    return base / "sparkrun" / "config.yaml"
+    return xdg_location("SPARKRUN_CONFIG", "XDG_CONFIG_HOME", ".config", "sparkrun", "config.yaml")
 
 
 @dataclass(frozen=True)

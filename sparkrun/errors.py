@@ -8,6 +8,7 @@ derives from :class:`SparkrunError`.
 from __future__ import annotations
 
 __all__ = [
+    "BenchmarkError",
     "ColdSnapError",
     "ConfigError",
     "DaemonError",
@@ -47,6 +48,10 @@ class DeploymentError(SparkrunError):
 
 class DaemonError(SparkrunError):
     """The daemon cannot start, is not running, or answered with an error."""
+
+
+class BenchmarkError(SparkrunError):
+    """A benchmark cannot run: a framework, schedule, argument, environment or run state is unusable."""
 
 
 class ColdSnapError(SparkrunError):

@@ -26,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from math import isfinite
+from typing import Any
 
 from sparkrun.core.envelope import MAX_METRIC_KEY_CHARS, MAX_METRIC_STRING_CHARS, MAX_METRICS
 from sparkrun.core.short_repr import short_repr
-from sparkrun.feedback import FeedbackReporter
+from sparkrun.feedback import FeedbackEvent, FeedbackReporter
 
 __all__ = ["ForeignSpan", "SpanImporter"]
 
@@ -45,6 +46,27 @@ def _printable(text: str) -> str:
     escape sequence in a span name must not redraw someone's screen.
     """
     return text if text.isprintable() else "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
+
+
+def _own(fields: dict[str, Any]) -> dict[str, Any]:
+    """A caller's report fields without the ones the importer sets itself."""
+    return {key: value for key, value in fields.items() if key not in ("level", "status")}
+
+
+def _merged(caller: Mapping[str, Any] | None, own: dict[str, _Scalar]) -> dict[str, Any]:
+    """The importer's metrics, then the caller's while the envelope's budget lasts (the rest counted)."""
+    metrics: dict[str, Any] = dict(own)
+    dropped = int(own.get("dropped_attributes", 0))
+    for key, value in (caller or {}).items():
+        if key in metrics:
+            continue
+        if len(metrics) >= MAX_METRICS - 1:
+            dropped += 1
+            continue
+        metrics[key] = value
+    if dropped:
+        metrics["dropped_attributes"] = dropped
+    return metrics
 
 
 def _seconds_text(seconds: float) -> str:
@@ -101,21 +123,26 @@ class SpanImporter:
         """The activity id of a foreign span: scoped by the importing activity."""
         return f"{self._reporter.activity_id}/{_printable(foreign_id)}"
 
-    def started(self, span: ForeignSpan) -> None:
-        """The span started: open its activity (reported at ``debug`` level)."""
+    def started(self, span: ForeignSpan, **fields: Any) -> FeedbackEvent:
+        """The span started: open its activity (reported at ``debug`` level); returns the envelope.
+
+        ``fields`` are further report fields (``stage``, counters, ``metrics`` merged
+        under the importer's own, a ``message`` of its own); ``level`` and ``status``
+        are the importer's to set, so any given are dropped.
+        """
         if span.id in self._started or span.id in self._finished:
             raise ValueError(f"span {short_repr(span.id)} was already imported; each span starts once")
         self._started.add(span.id)
-        reporter = self._reporter_of(span)
-        reporter.report(
-            f"{_printable(span.name)} started",
-            level="debug",
-            status="running",
-            metrics=self._metrics(span, terminal=False),
-        )
+        fields = _own(fields)
+        message = fields.pop("message", None) or f"{_printable(span.name)} started"
+        metrics = _merged(fields.pop("metrics", None), self._metrics(span, terminal=False))
+        return self._reporter_of(span).report(message, level="debug", status="running", metrics=metrics, **fields)
 
-    def finished(self, span: ForeignSpan) -> None:
-        """The span completed (started before or not): its terminal report, with its real times."""
+    def finished(self, span: ForeignSpan, **fields: Any) -> FeedbackEvent:
+        """The span completed (started before or not): its terminal report, with its real times.
+
+        ``fields`` as for :meth:`started`; returns the envelope.
+        """
         duration = span.duration_seconds
         if duration is None or not isfinite(duration) or duration < 0:
             raise ValueError(
@@ -125,15 +152,24 @@ class SpanImporter:
         if span.id in self._finished:
             raise ValueError(f"span {short_repr(span.id)} already finished; each span finishes once")
         self._finished.add(span.id)
+        fields = _own(fields)
         reporter = self._reporter_of(span)
-        metrics = self._metrics(span, terminal=True)
+        metrics = _merged(fields.pop("metrics", None), self._metrics(span, terminal=True))
         name = _printable(span.name)
         if span.failed:
             detail = f": {_printable(span.error)}" if span.error else ""
-            reporter.error(f"{name} failed after {_seconds_text(duration)}{detail}", status="failed", metrics=metrics)
-            return
+            message = fields.pop("message", None) or f"{name} failed after {_seconds_text(duration)}{detail}"
+            return reporter.error(message, status="failed", metrics=metrics, **fields)
         level = "progress" if duration >= self._announce_after else "info"
-        reporter.report(f"{name} done in {_seconds_text(duration)}", level=level, status="succeeded", metrics=metrics)
+        message = fields.pop("message", None) or f"{name} done in {_seconds_text(duration)}"
+        return reporter.report(message, level=level, status="succeeded", metrics=metrics, **fields)
+
+    def reporter(self, foreign_id: str) -> FeedbackReporter:
+        """The reporter of an imported span, for reports between its start and its end."""
+        reporter = self._reporters.get(foreign_id)
+        if reporter is None:
+            raise ValueError(f"span {short_repr(foreign_id)} was not imported")
+        return reporter
 
     def _reporter_of(self, span: ForeignSpan) -> FeedbackReporter:
         reporter = self._reporters.get(span.id)

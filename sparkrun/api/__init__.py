@@ -5,17 +5,33 @@ and runs inside an operation boundary, so its events reach ``sctx.events``
 and its trace carries the operation id.
 """
 
+from sparkrun.api.benchmark import (
+    BenchmarkRequest,
+    BenchmarkResult,
+    benchmark,
+    benchmark_resume,
+    benchmark_runs,
+    benchmark_setup,
+    benchmark_state,
+)
 from sparkrun.api.coldsnap import ColdSnapOptions, ColdSnapResult, coldsnap
 from sparkrun.api.launch import RunOptions, RunResult, run
 from sparkrun.api.manage import DeploymentStatus, StopResult, logs, status, stop
 
 __all__ = [
+    "BenchmarkRequest",
+    "BenchmarkResult",
     "ColdSnapOptions",
     "ColdSnapResult",
     "DeploymentStatus",
     "RunOptions",
     "RunResult",
     "StopResult",
+    "benchmark",
+    "benchmark_resume",
+    "benchmark_runs",
+    "benchmark_setup",
+    "benchmark_state",
     "coldsnap",
     "logs",
     "run",

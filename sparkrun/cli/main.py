@@ -26,6 +26,7 @@ def cli(state_dir: object) -> None:
 
 
 def _register_subcommands() -> None:
+    from sparkrun.cli.benchmark import benchmark
     from sparkrun.cli.coldsnap import coldsnap
     from sparkrun.cli.daemon import daemon
     from sparkrun.cli.doctor import doctor
@@ -33,7 +34,7 @@ def _register_subcommands() -> None:
     from sparkrun.cli.trace import trace
     from sparkrun.cli.workloads import logs, run, status, stop
 
-    for command in (run, stop, status, logs, coldsnap, doctor, trace, daemon, schema):
+    for command in (run, stop, status, logs, benchmark, coldsnap, doctor, trace, daemon, schema):
         cli.add_command(command)
 
 

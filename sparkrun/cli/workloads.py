@@ -11,10 +11,11 @@ import click
 from sparkrun.cli.options import CliState, Command, Interrupted, UserError, events_jsonl_option, state_dir_option
 from sparkrun.cli.session import operation_session
 
-__all__ = ["logs", "run", "status", "stop"]
+__all__ = ["logs", "parse_sets", "run", "status", "stop"]
 
 
-def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
+def parse_sets(values: tuple[str, ...]) -> dict[str, str]:
+    """``--set KEY=VALUE`` items as placeholder overrides."""
     overrides = {}
     for item in values:
         key, sep, value = item.partition("=")
@@ -48,7 +49,7 @@ def run(
     """Launch the workload of RECIPE (a recipe name or a path to a YAML file)."""
     from sparkrun import api
 
-    overrides = _parse_sets(sets)
+    overrides = parse_sets(sets)
     try:
         with operation_session(ctx, state_dir=state_dir, as_json=as_json, events_jsonl=events_jsonl) as sctx:
             result = api.run(api.RunOptions(recipe=recipe, overrides=overrides, port=port, name=name), sctx=sctx)

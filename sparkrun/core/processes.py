@@ -22,6 +22,7 @@ __all__ = [
     "MARKER_VARIABLE",
     "ProcessIdentity",
     "boot_id",
+    "children_of",
     "new_marker",
     "signal_group",
     "start_ticks",
@@ -140,3 +141,20 @@ def signal_group(identity: ProcessIdentity, sig: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def children_of(parent: int) -> list[int]:
+    """Pids whose parent is ``parent`` (from ``/proc``): a child is ours until we reap it, so its pid is safe."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the fields after the command name (which may hold spaces and parentheses): state, ppid, ...
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1] == str(parent):
+            found.append(int(entry.name))
+    return found

@@ -86,6 +86,8 @@ class DaemonMetrics:
         for event in events:
             if event["type"] == "feedback":
                 running[0].feedback(event)
+            elif event["type"] == "benchmark":
+                self._metrics.benchmarks.event(event)
 
     def job_finished(self, operation_id: str, state: str, finished_at: float) -> None:
         running = self._jobs_running.pop(operation_id, None)

@@ -174,6 +174,29 @@ def _coldsnap(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompt
     return _plain(api.coldsnap(options, sctx=sctx))
 
 
+def _benchmark(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
+    from sparkrun import api
+
+    resume = arguments.get("resume")
+    if resume is not None:
+        result = api.benchmark_resume(resume, sctx=sctx)
+    else:
+        for name in ("target", "framework"):
+            if not arguments.get(name):
+                raise ValueError(f"argument {name} is required for operation benchmark (unless resume is given)")
+        request = api.BenchmarkRequest(
+            target=arguments["target"],
+            framework=arguments["framework"],
+            schedule=arguments.get("schedule"),
+            overrides={str(k): str(v) for k, v in (arguments.get("overrides") or {}).items()},
+            arguments=arguments.get("arguments") or {},
+            task_timeout=float(arguments.get("task_timeout") or 3600.0),
+            exit_on_first_failure=bool(arguments.get("exit_on_first_failure")),
+        )
+        result = api.benchmark(request, sctx=sctx)
+    return _plain(result)
+
+
 def _one_of(*choices: str) -> Callable[[str, Any], Any]:
     def check(field: str, value: str) -> str:
         if value not in choices:
@@ -207,6 +230,22 @@ def _register_builtins() -> None:
             "stop", _stop, {"name": Param(str, check=check_name), "all": Param(bool)}, "Stop a deployment."
         ),
         DaemonOperation("status", _status, {}, "List deployments."),
+        DaemonOperation(
+            "benchmark",
+            _benchmark,
+            {
+                "target": Param(str),
+                "framework": Param(str),
+                "schedule": Param(str),
+                "overrides": Param(dict),
+                "arguments": Param(dict),
+                "task_timeout": Param(float, check=_in_range(1, 604_800)),
+                "exit_on_first_failure": Param(bool),
+                "resume": Param(str),
+            },
+            "Run (or resume) a scheduled benchmark.",
+            cancel_grace_seconds=20.0,  # the running attempt and a launched workload are stopped, each gently
+        ),
         DaemonOperation(
             "coldsnap",
             _coldsnap,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,3 +72,65 @@ def captured_snap(snap) -> Snap:
     done = snap.cli("capture")
     assert done.returncode == 0, done.stderr
     return snap
+
+
+@pytest.fixture(scope="session")
+def benchmark_tools() -> dict[str, Path]:
+    """The bin directories of the real frameworks' environments, as sparkrun manages them.
+
+    ``make test`` prepares them (``sparkrun benchmark setup`` into ``SPARKRUN_BENCHMARK_ENVS``); a run
+    without them installs them here. One that cannot be installed fails the tests that need it.
+    """
+    import os
+
+    from sparkrun.benchmarking.environments import prepare_environment
+    from sparkrun.benchmarking.frameworks.llama_benchy import LlamaBenchy
+    from sparkrun.benchmarking.frameworks.tool_eval_bench import ToolEvalBench
+
+    os.environ.setdefault("SPARKRUN_BENCHMARK_ENVS", str(Path(__file__).resolve().parents[2] / ".bench-envs"))
+    tools: dict[str, Path] = {}
+    failure = None
+    for framework in (LlamaBenchy(), ToolEvalBench()):
+        try:
+            tools[framework.name] = prepare_environment(framework.requirement).bin_dir
+        except Exception as error:
+            failure = f"cannot prepare the environment of {framework.requirement}: {error}"
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    return tools
+
+
+@pytest.fixture(scope="session")
+def tokenizer(benchmark_tools, tmp_path_factory) -> Path:
+    """A word-level tokenizer for llama-benchy's --tokenizer (examples/benchmarks/make_tokenizer.py)."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("tokenizer")
+    python = benchmark_tools["llama-benchy"] / "python"  # its environment has `tokenizers`; sparkrun's has not
+    script = Path(__file__).resolve().parents[2] / "examples" / "benchmarks" / "make_tokenizer.py"
+    done = subprocess.run([str(python), str(script), str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def corpus_url() -> Iterator[str]:
+    """``examples/benchmarks/corpus.txt`` over loopback HTTP: llama-benchy's --book-url must be http(s)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            """Silenced: a test's output is no place for an access log."""
+
+    directory = Path(__file__).resolve().parents[2] / "examples" / "benchmarks"
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/corpus.txt"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -181,3 +181,17 @@ def _legacy_events(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
 
 
 register_operation(DaemonOperation("legacy_events", _legacy_events, {}, "Emit benchmark and setup events."))
+
+
+def _register_fake_benchmark_framework() -> None:
+    """The example fake framework (examples/benchmarks/fake_framework.py), for benchmark jobs."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "benchmarks" / "fake_framework.py"
+    spec = importlib.util.spec_from_file_location("fake_framework", path)
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # registers itself when imported
+
+
+_register_fake_benchmark_framework()

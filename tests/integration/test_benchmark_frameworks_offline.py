@@ -1,8 +1,8 @@
 """llama-benchy and tool-eval-bench, the real PyPI packages, run offline against the example workload.
 
-The frameworks live in their own virtual environment, never sparkrun's: ``SPARKRUN_TEST_BENCH_VENV``
-or ``<repo>/.venv-bench`` (what ``make bench-env`` builds). A session fixture creates it once when it
-is missing, with the pinned versions; when it cannot, the tests fail with the reason rather than skip.
+The frameworks live in their own environments, never sparkrun's: the ones sparkrun's environment
+manager prepares (the ``benchmark_tools`` fixture; ``make test`` installs them ahead with
+``sparkrun benchmark setup``). When they cannot be prepared, the tests fail with the reason.
 
 Everything the frameworks reach is local: the example workload, a corpus served on loopback, a
 tokenizer built by ``examples/benchmarks/make_tokenizer.py``. HOME, the caches and the working
@@ -12,16 +12,11 @@ invocations ``examples/benchmarks/README.md`` documents.
 
 from __future__ import annotations
 
-import fcntl
-import functools
 import json
 import os
 import subprocess
-import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +27,6 @@ from tests.integration.example_workload_harness import MODEL, ROOT, ServerProces
 pytestmark = pytest.mark.integration
 
 BENCHMARKS = ROOT / "examples" / "benchmarks"
-FRAMEWORKS = "llama-benchy==0.4.0 tool-eval-bench==3.0.0"  # as BENCH_FRAMEWORKS in the Makefile
-MARKER = ".installed"  # holds FRAMEWORKS once the install succeeded, as the Makefile writes it
 
 
 def _run(command: list[str], timeout: float) -> None:
@@ -41,55 +34,6 @@ def _run(command: list[str], timeout: float) -> None:
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip()[-2000:]
         raise RuntimeError(f"{' '.join(command)} exited {result.returncode}:\n{tail}")
-
-
-@pytest.fixture(scope="session")
-def bench_venv() -> Path:
-    """The frameworks' venv, created (once, under a lock) if missing or holding other versions."""
-    venv = Path(os.environ.get("SPARKRUN_TEST_BENCH_VENV") or ROOT / ".venv-bench").resolve()
-    failure = None
-    venv.mkdir(parents=True, exist_ok=True)
-    with open(venv / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another session building the same venv finishes first
-        marker = venv / MARKER
-        if not (marker.is_file() and marker.read_text().strip() == FRAMEWORKS):
-            python = venv / "bin" / "python"
-            try:
-                _run([sys.executable, "-m", "venv", str(venv)], timeout=300)
-                _run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], timeout=600)
-                _run([str(python), "-m", "pip", "install", "--quiet", *FRAMEWORKS.split()], timeout=1200)
-                marker.write_text(FRAMEWORKS + "\n")
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-                failure = f"cannot create the benchmark frameworks' venv at {venv}: {exc}"
-    if failure is not None:
-        pytest.fail(failure, pytrace=False)
-    return venv
-
-
-@pytest.fixture(scope="module")
-def tokenizer(bench_venv, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tokenizer")
-    _run([str(bench_venv / "bin" / "python"), str(BENCHMARKS / "make_tokenizer.py"), str(out)], timeout=120)
-    return out
-
-
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silenced: a test's output is no place for an access log."""
-
-
-@pytest.fixture(scope="module")
-def corpus_url() -> Iterator[str]:
-    """``examples/benchmarks/corpus.txt`` over loopback HTTP: llama-benchy's --book-url must be http(s)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(BENCHMARKS)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/corpus.txt"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -130,11 +74,13 @@ def read_jsonl(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def test_llama_benchy_measures_prompt_and_generation_rates(bench_venv, tokenizer, corpus_url, start_workload, tmp_path):
+def test_llama_benchy_measures_prompt_and_generation_rates(
+    benchmark_tools, tokenizer, corpus_url, start_workload, tmp_path
+):
     workload = start_workload("--prompt-token-delay", "0.0002", "--token-delay", "0.002")  # finite rates
     result_file, progress_file = tmp_path / "result.json", tmp_path / "progress.jsonl"
     command = [
-        str(bench_venv / "bin" / "llama-benchy"),
+        str(benchmark_tools["llama-benchy"] / "llama-benchy"),
         *("--base-url", f"{workload.url}/v1", "--model", MODEL, "--tokenizer", str(tokenizer)),
         *("--book-url", corpus_url, "--pp", "64", "--tg", "16", "--depth", "0", "--concurrency", "1", "2"),
         *("--runs", "1", "--format", "json", "--save-result", str(result_file), "--emit-progress", str(progress_file)),
@@ -167,11 +113,11 @@ def test_llama_benchy_measures_prompt_and_generation_rates(bench_venv, tokenizer
     assert all(event["error"] == "" and event["total_tokens"] == 16 and event["prompt_tokens"] == 64 for event in ends)
 
 
-def test_tool_eval_bench_scores_some_scenarios_pass_and_some_fail(bench_venv, start_workload, tmp_path):
+def test_tool_eval_bench_scores_some_scenarios_pass_and_some_fail(benchmark_tools, start_workload, tmp_path):
     workload = start_workload()  # no delays: a tool request's prompt holds every tool's schema
     result_file = tmp_path / "tool-eval.json"
     command = [
-        str(bench_venv / "bin" / "tool-eval-bench"),
+        str(benchmark_tools["tool-eval-bench"] / "tool-eval-bench"),
         *("run", "--base-url", f"{workload.url}/v1", "--model", MODEL),
         *("--json", "--json-file", str(result_file), "--short", "--no-preflight"),
     ]

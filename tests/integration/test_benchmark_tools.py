@@ -1,10 +1,9 @@
 """The parsers and result readers against the real frameworks, run against a stub server on loopback.
 
-The frameworks are not sparkrun dependencies: these tests run where
-``llama-benchy`` and ``tool-eval-bench`` are installed (on ``PATH``, or in the
-directory ``SPARKRUN_BENCH_TOOLS_BIN`` names) and are skipped, with that
-reason, elsewhere. They catch a change in the tools' formats that the unit
-tests, built from the formats as read, cannot.
+The frameworks are not sparkrun dependencies: they run from the environments
+sparkrun's environment manager prepares (the ``benchmark_tools`` fixture). These
+tests catch a change in the tools' formats that the unit tests, built from the
+formats as read, cannot.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import threading
 import time
@@ -29,14 +27,6 @@ from tests.unit.benchmarking.conftest import delivering
 
 pytestmark = pytest.mark.integration
 WORDS = [f"word{n}" for n in range(200)]
-
-
-def _tool(name: str) -> str:
-    directory = os.environ.get("SPARKRUN_BENCH_TOOLS_BIN")
-    found = shutil.which(name, path=directory) if directory else shutil.which(name)
-    if found is None:
-        pytest.skip(f"{name} is not installed (put it on PATH or set SPARKRUN_BENCH_TOOLS_BIN)")
-    return found
 
 
 class _Stub(BaseHTTPRequestHandler):
@@ -116,11 +106,11 @@ def _feed(tmp_path: Path, parser, stderr: str, result, *, success: bool):
 
 
 @pytest.mark.parametrize("trials", [1, 2])
-def test_tool_eval_bench_as_it_runs(tmp_path, stub_url, trials):
+def test_tool_eval_bench_as_it_runs(benchmark_tools, tmp_path, stub_url, trials):
     result_file = tmp_path / "result.json"
     done = _run(
         [
-            _tool("tool-eval-bench"),
+            str(benchmark_tools["tool-eval-bench"] / "tool-eval-bench"),
             *f"run --base-url {stub_url}/v1 --model stub --json --json-file {result_file}".split(),
             *f"--scenarios TC-01 TC-02 TC-03 --trials {trials} --no-preflight --no-warmup".split(),
             *f"--output-dir {tmp_path / 'out'}".split(),
@@ -144,7 +134,7 @@ def test_tool_eval_bench_as_it_runs(tmp_path, stub_url, trials):
     assert final["metrics"]["scenarios_failed"] == result.failed
 
 
-def test_llama_benchy_as_it_runs(tmp_path, stub_url):
+def test_llama_benchy_as_it_runs(benchmark_tools, tmp_path, stub_url):
     tokenizer = tmp_path / "tokenizer.json"
     vocabulary = {"[UNK]": 0, **{word: index + 1 for index, word in enumerate(WORDS)}}
     special = {"id": 0, "content": "[UNK]", "single_word": False, "lstrip": False, "rstrip": False}
@@ -166,7 +156,7 @@ def test_llama_benchy_as_it_runs(tmp_path, stub_url):
     result_file = tmp_path / "result.json"
     done = _run(
         [
-            _tool("llama-benchy"),
+            str(benchmark_tools["llama-benchy"] / "llama-benchy"),
             *f"--base-url {stub_url}/v1 --model stub --tokenizer {tokenizer} --book-url {stub_url}/book.txt".split(),
             *["--pp", "64", "--tg", "5", "--depth", "0", "--concurrency", "2", "--runs", "2"],
             *["--no-warmup", "--skip-coherence"],

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 
 KNOWN_OPERATIONS = (
-    "ask, burst, coldsnap, fail, leak, legacy, legacy_events, logs, relay, result, run, sleep, status, "
+    "ask, benchmark, burst, coldsnap, fail, leak, legacy, legacy_events, logs, relay, result, run, sleep, status, "
     "stderr_flood, stop"
 )
 UNKNOWN_JOB = "0123456789abcdef0123456789abcdef"

@@ -66,9 +66,34 @@ BUILTIN_VALUES = {
 }
 #: Label values the jobs above must make the label_values() variables offer.
 EXPECTED_VARIABLE_VALUES = {
-    "source": {"test.relay", "test.burst", "sparkrun.launch", "sparkrun.stop"},
+    "source": {"test.relay", "test.burst", "sparkrun.launch", "sparkrun.stop", "benchmark.llama-benchy"},
     "host": {"spark-1", "spark-2"},
+    "framework": {"llama-benchy", "tool-eval-bench"},
 }
+
+
+def _benchmark_jobs(tokenizer: Path, corpus_url: str) -> list[tuple[str, dict[str, Any], str]]:
+    """A real llama-benchy sweep and a real tool-eval-bench run, so the benchmark panels have data."""
+    recipes = ROOT / "examples" / "recipes"
+    llama = {
+        "target": str(recipes / "example-bench.yaml"),
+        "framework": "llama-benchy",
+        "arguments": {
+            "tokenizer": str(tokenizer),
+            "book-url": corpus_url,
+            "pp": "64",
+            "tg": "16",
+            "runs": "1",
+            "concurrency": "1 2",
+        },
+    }
+    tools = {
+        "target": str(recipes / "example-chat.yaml"),
+        "framework": "tool-eval-bench",
+        "arguments": {"short": True, "no-preflight": True},
+    }
+    return [("benchmark", llama, "succeeded"), ("benchmark", tools, "succeeded")]
+
 
 _VARIABLE = re.compile(r"\$\{(\w+)(?::[^}]*)?\}|\$(\w+)|\[\[(\w+)(?::[^\]]*)?\]\]")
 _LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?:(?P<match>.+?)\s*,\s*)?(?P<label>\w+)\s*\)\s*$", re.DOTALL)
@@ -271,25 +296,31 @@ class PrometheusServer:
 
 def _run_jobs(daemon: DaemonProcess, jobs: list[tuple[str, dict[str, Any], str]]) -> None:
     for operation, arguments, expected in jobs:
-        job = daemon.wait_state(daemon.submit(operation, **arguments)["job_id"], timeout=90)
+        response = daemon.client.post("/v1/jobs", json={"operation": operation, "arguments": arguments})
+        assert response.status_code == 202, response.text
+        job = daemon.wait_state(response.json()["job_id"], timeout=180)
         assert job["state"] == expected, f"job {operation} {arguments} ended {job['state']}: {job}"
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory) -> Iterator[PrometheusServer]:
+def prometheus(tmp_path_factory, benchmark_tools, tokenizer, corpus_url) -> Iterator[PrometheusServer]:
     """Prometheus scraping a daemon that ran both rounds of jobs, with every sample in."""
+    from tests.integration.benchmark_harness import offline_environment
+
     binary = prometheus_binary()
     root = tmp_path_factory.mktemp("dashboards")
-    daemon = DaemonProcess(root / "daemon")  # traces off (SPARKRUN_OTEL=0): the metrics come from the journal
+    # traces off (SPARKRUN_OTEL=0): the metrics come from the journal
+    daemon = DaemonProcess(root / "daemon", env=offline_environment(root / "home"))
+    benchmarks = _benchmark_jobs(tokenizer, corpus_url)
     server: PrometheusServer | None = None
     try:
         daemon.start()
-        _run_jobs(daemon, FIRST_ROUND)
+        _run_jobs(daemon, [*FIRST_ROUND, *benchmarks])
         server = PrometheusServer(binary, root / "prometheus", daemon).start()
         server.wait_for_target()
         wait_for(lambda: server.samples("sparkrun_daemon_jobs"), timeout=30, interval=0.2, what="a scrape of jobs")
-        _run_jobs(daemon, SECOND_ROUND)
-        total = len(FIRST_ROUND) + len(SECOND_ROUND)
+        _run_jobs(daemon, [*SECOND_ROUND, *benchmarks])
+        total = len(FIRST_ROUND) + len(SECOND_ROUND) + 2 * len(benchmarks)
         wait_for(
             lambda: server.samples(f"sum(sparkrun_operation_duration_seconds_count) >= {total}"),
             timeout=30,

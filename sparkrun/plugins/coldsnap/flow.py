@@ -28,6 +28,7 @@ from sparkrun.core.executors import executor_for
 from sparkrun.core.launch_progress import LaunchPhaseTracker
 from sparkrun.core.operation import Operation
 from sparkrun.core.redaction import Redactor
+from sparkrun.core.targets import Target, resolve_target
 from sparkrun.core.trace_ids import traceparent
 from sparkrun.errors import ColdSnapError
 from sparkrun.feedback import FeedbackReporter, get_feedback
@@ -42,14 +43,7 @@ from sparkrun.plugins.coldsnap.receipt import (
     startup_measurements,
     stream_warnings,
 )
-from sparkrun.plugins.coldsnap.request import (
-    OPERATIONS,
-    Target,
-    artifact_path,
-    build_request,
-    request_digest,
-    resolve_target,
-)
+from sparkrun.plugins.coldsnap.request import OPERATIONS, artifact_path, build_request, request_digest
 from sparkrun.plugins.coldsnap.settings import ColdSnapSettings, resolve_settings
 from sparkrun.plugins.coldsnap.spans import PREPARATION_STAGES, ControllerSpans
 

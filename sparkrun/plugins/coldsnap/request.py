@@ -12,19 +12,23 @@ from __future__ import annotations
 import secrets
 import shlex
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkrun.core.context import SparkrunContext
-from sparkrun.core.deployments import Deployment, DeploymentStore
-from sparkrun.core.names import is_name
-from sparkrun.core.recipes import Recipe, find_recipe, load_recipe, recipe_dirs, render_command
-from sparkrun.errors import RecipeError
+from sparkrun.core.recipes import render_command
+from sparkrun.core.targets import Target
 from sparkrun.plugins.coldsnap.canonical import drop_empty, sha256_digest
 from sparkrun.plugins.coldsnap.settings import ColdSnapSettings
 
-__all__ = ["OPERATIONS", "REQUEST_FORMAT", "REQUEST_KIND", "Target", "build_request", "resolve_target"]
+__all__ = [
+    "OPERATIONS",
+    "REQUEST_FORMAT",
+    "REQUEST_KIND",
+    "artifact_path",
+    "build_request",
+    "request_digest",
+    "request_id",
+]
 
 REQUEST_FORMAT = 4
 REQUEST_KIND = "coldsnap-operation-request"
@@ -34,34 +38,6 @@ OPERATIONS = ("capture", "restore", "sleep", "wake", "status")
 _UNIQUE = ("capture", "publish", "publish-native")
 _ACTIVATION = {"capture": "active", "restore": "active", "wake": "active", "sleep": "sleeping"}
 _READS_ARTIFACT = ("restore", "wake", "sleep", "status")
-
-
-@dataclass(frozen=True)
-class Target:
-    """What an operation acts on: a workload name, its recipe, and the deployment running it, if any."""
-
-    workload: str
-    recipe: Recipe
-    deployment: Deployment | None = None
-
-    @property
-    def port(self) -> int | None:
-        return self.deployment.port if self.deployment is not None else self.recipe.port
-
-
-def resolve_target(reference: str, sctx: SparkrunContext) -> Target:
-    """A running deployment of that name, else a recipe (by path or name), else an error naming both."""
-    store = DeploymentStore(sctx.config.state_dir)
-    deployment = store.load(reference) if is_name(reference) else None
-    if deployment is not None and deployment.alive():
-        return Target(deployment.name, load_recipe(deployment.recipe_path), deployment)
-    config_dir = sctx.config.path.parent if sctx.config.path is not None else None
-    try:
-        recipe = find_recipe(reference, recipe_dirs(sctx.config.values, config_dir))
-    except RecipeError as error:
-        running = ", ".join(d.name for d in store.all() if d.alive()) or "none"
-        raise RecipeError(f"{error}; nor is it a running deployment (running: {running})") from None
-    return Target(recipe.name, recipe)
 
 
 def request_id(workload: str, operation: str) -> str:

@@ -10,9 +10,10 @@ import pytest
 
 from sparkrun.config import Config
 from sparkrun.core.recipes import load_recipe
+from sparkrun.core.targets import Target
 from sparkrun.errors import ConfigError, RecipeError
 from sparkrun.plugins.coldsnap.canonical import canonical_json, request_text, sha256_digest
-from sparkrun.plugins.coldsnap.request import Target, build_request, request_digest
+from sparkrun.plugins.coldsnap.request import build_request, request_digest
 from sparkrun.plugins.coldsnap.settings import resolve_settings
 
 RECIPE = """\
