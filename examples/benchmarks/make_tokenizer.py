@@ -15,7 +15,7 @@ names a directory holding one, and falls back to ``AutoTokenizer``; both work wi
 ``HF_HUB_OFFLINE=1``. The output is deterministic: the same corpus gives byte-identical files.
 
 Run it with the benchmark environment's Python, which has ``tokenizers`` (sparkrun's does not):
-    .venv-bench/bin/python examples/benchmarks/make_tokenizer.py OUT_DIR [--corpus FILE]
+    <llama-benchy environment>/bin/python examples/benchmarks/make_tokenizer.py OUT_DIR [--corpus FILE]
 """
 
 from __future__ import annotations

@@ -8,19 +8,18 @@ events of the run (``schedule_started`` ... ``run_complete``) and, as
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from sparkrun.api.launch import RunOptions, run
+from sparkrun.api.manage import stop
 from sparkrun.application import initialize
 from sparkrun.benchmarking.environments import FrameworkEnvironment, prepare_environment
 from sparkrun.benchmarking.framework import find_framework, framework_names, load_plugins
+from sparkrun.benchmarking.requests import BenchmarkRequest, BenchmarkResult
+from sparkrun.benchmarking.run_events import BenchmarkCallback
 from sparkrun.benchmarking.run_state import RunState, RunStore
-from sparkrun.benchmarking.runner import (
-    BenchmarkCallback,
-    BenchmarkRequest,
-    BenchmarkResult,
-    resume_benchmark,
-    run_benchmark,
-)
+from sparkrun.benchmarking.runner import resume_benchmark, run_benchmark
 from sparkrun.core.context import SparkrunContext
 from sparkrun.core.operation import operation_scope
 from sparkrun.core.redaction import Redactor
@@ -50,13 +49,27 @@ def _redactor(arguments: dict[str, Any]) -> Redactor:
     return redactor
 
 
+class _Workloads:
+    """A recipe target launched for a run with ``api.run`` and stopped after it with ``api.stop``."""
+
+    def __init__(self, sctx: SparkrunContext) -> None:
+        self._sctx = sctx
+
+    def launch(self, recipe: str, overrides: Mapping[str, str]) -> tuple[str, str]:
+        launched = run(RunOptions(recipe=recipe, overrides=dict(overrides)), sctx=self._sctx)
+        return launched.name, launched.url
+
+    def stop(self, name: str) -> None:
+        stop(name, sctx=self._sctx)
+
+
 def benchmark(
     request: BenchmarkRequest, *, sctx: SparkrunContext | None = None, callback: BenchmarkCallback | None = None
 ) -> BenchmarkResult:
     """Run (or start over) the benchmark ``request`` describes, as one ``benchmark`` operation."""
     sctx = sctx if sctx is not None else initialize()
     with operation_scope(sctx, name="benchmark", processors=(_redactor(dict(request.arguments)),)) as operation:
-        return run_benchmark(sctx, operation, request, callback)
+        return run_benchmark(sctx, operation, request, _Workloads(sctx), callback)
 
 
 def benchmark_resume(
@@ -66,7 +79,7 @@ def benchmark_resume(
     sctx = sctx if sctx is not None else initialize()
     state = RunStore(sctx.config.state_dir).load(benchmark_id)
     with operation_scope(sctx, name="benchmark", processors=(_redactor(state.arguments),)) as operation:
-        return resume_benchmark(sctx, operation, benchmark_id, callback)
+        return resume_benchmark(sctx, operation, benchmark_id, _Workloads(sctx), callback)
 
 
 def benchmark_setup(

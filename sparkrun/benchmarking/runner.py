@@ -10,16 +10,18 @@ and the framework's figures on its final report. The milestones
 events; a direct callback gets those and, as ``task_progress``, every
 attempt envelope. A recipe target is launched for the run and stopped
 after it; a running deployment is used as it is.
+
+Why one module of this size: a session and its attempts share one state
+that must stay in step with the disk (a task recorded, then its milestone,
+then the next task), and reading the order of those steps in one place is
+what makes a resume after any crash safe to reason about. Attempts' processes
+live in ``attempts``, run state in ``run_state``, milestones in ``run_events``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +36,20 @@ from sparkrun.benchmarking.framework import (
     load_plugins,
 )
 from sparkrun.benchmarking.parsers.base import Fields
+from sparkrun.benchmarking.requests import BenchmarkRequest, BenchmarkResult, Workloads, benchmark_id, workload
+from sparkrun.benchmarking.run_events import BenchmarkCallback, RunEvents
 from sparkrun.benchmarking.run_state import RunState, RunStore, Session
 from sparkrun.benchmarking.schedule import check_arguments, load_schedule
 from sparkrun.core.context import SparkrunContext
-from sparkrun.core.legacy_events import benchmark_event
 from sparkrun.core.operation import Operation
-from sparkrun.core.redaction import Redactor
+from sparkrun.core.redaction import redactor_of
 from sparkrun.core.targets import Target, resolve_target
 from sparkrun.errors import BenchmarkError, OperationCancelled
-from sparkrun.feedback import FeedbackEvent, get_feedback
+from sparkrun.feedback import get_feedback
 from sparkrun.foreign_spans import ForeignSpan, SpanImporter
 
-__all__ = ["BenchmarkCallback", "BenchmarkRequest", "BenchmarkResult", "resume_benchmark", "run_benchmark"]
+__all__ = ["resume_benchmark", "run_benchmark"]
 
-BenchmarkCallback = Callable[[dict[str, Any]], Any]
 #: A framework without a parser: one task counted as 0/1 while it runs, 1/1 or 0 at the end (the contract).
 _NO_PARSER_START: dict[str, Any] = {
     "stage": "execution",
@@ -56,55 +58,6 @@ _NO_PARSER_START: dict[str, Any] = {
     "total": 1,
     "total_kind": "exact",
 }
-
-
-@dataclass(frozen=True)
-class BenchmarkRequest:
-    """A run to start: what to benchmark, with which framework and schedule."""
-
-    target: str
-    framework: str
-    schedule: str | None = None
-    overrides: Mapping[str, str] = field(default_factory=dict)
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-    task_timeout: float = 3600.0
-    exit_on_first_failure: bool = False
-
-
-@dataclass(frozen=True)
-class BenchmarkResult:
-    """How a run stands after this invocation; ``tasks`` holds each task's last outcome."""
-
-    benchmark_id: str
-    framework: str
-    version: str
-    model: str
-    status: str
-    resumed: bool
-    operation_id: str
-    tasks: list[dict[str, Any]]
-    completed: int
-    failed: int
-    pending: int
-
-
-def _benchmark_id(
-    framework: BenchmarkFramework,
-    arguments: Mapping[str, Any],
-    schedule: Mapping[str, Any],
-    target: Target,
-    overrides: Mapping[str, str],
-) -> str:
-    identity = {
-        "framework": framework.name,
-        "requirement": framework.requirement,
-        "arguments": dict(arguments),
-        "schedule": dict(schedule),
-        "recipe": {"name": target.recipe.name, "path": str(target.recipe.path), "hosts": list(target.recipe.hosts)},
-        "overrides": dict(overrides),
-    }
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
-    return f"bench_{digest[:12]}"
 
 
 class _Run:
@@ -121,39 +74,13 @@ class _Run:
         resumed: bool,
     ) -> None:
         self.sctx, self.operation, self.framework, self.state, self.store = sctx, operation, framework, state, store
-        self.callback, self.resumed = callback, resumed
+        self.events, self.resumed = RunEvents(state.benchmark_id, callback), resumed
         self.feedback = get_feedback("benchmark.run", sctx=sctx)
-        self.redactor = next((p for p in operation.processors if isinstance(p, Redactor)), None) or Redactor()
-
-    # -- events ------------------------------------------------------------------------
-
-    def _milestone(self, kind: str, message: str, **fields: Any) -> None:
-        event = benchmark_event(kind, self.state.benchmark_id, message, **fields)
-        self._call(dict(event))
-
-    def _call(self, event: dict[str, Any]) -> None:
-        if self.callback is None:
-            return
-        try:
-            self.callback(event)
-        except Exception:  # a caller's callback never breaks the run it watches
-            import logging
-
-            logging.getLogger(__name__).exception("the benchmark callback failed")
-
-    def _progress(self, index: int, envelope: FeedbackEvent) -> None:
-        self._call(
-            {
-                "kind": "task_progress",
-                "benchmark_id": self.state.benchmark_id,
-                "index": index,
-                "feedback": dict(envelope),
-            }
-        )
+        self.redactor = redactor_of(operation.processors)
 
     # -- the run -------------------------------------------------------------------------
 
-    def execute(self, target: Target, overrides: Mapping[str, str]) -> BenchmarkResult:
+    def execute(self, target: Target, overrides: Mapping[str, str], workloads: Workloads) -> BenchmarkResult:
         state = self.state
         todo = [task for task in state.tasks if task["index"] in state.pending]
         session = Session(started_at=time.time(), operation_id=self.operation.operation_id, pid=_pid())
@@ -170,9 +97,9 @@ class _Run:
             state.version = environment.version
             arguments = dict(state.arguments)
             self.framework.check(arguments, environment.bin_dir)
-            with _workload(target, overrides, self.sctx) as (base_url, model):
+            with workload(target, overrides, workloads) as (base_url, model):
                 state.target["model"] = model
-                self._milestone(
+                self.events.milestone(
                     "schedule_started",
                     f"Benchmark {state.title}: {len(todo)} task(s)",
                     total_tasks=len(todo),
@@ -188,7 +115,7 @@ class _Run:
                     )
                     if not ok and state.exit_on_first_failure:
                         break
-                self._milestone(
+                self.events.milestone(
                     "schedule_finished", f"Benchmark {state.benchmark_id}: schedule finished", total_tasks=len(todo)
                 )
             session.status = "completed" if not state.pending and not state.failed else "partial"
@@ -204,7 +131,7 @@ class _Run:
             self._consolidate()
             success = session.status == "completed"
             if session.status != "interrupted":
-                self._milestone(
+                self.events.milestone(
                     "run_complete",
                     f"Benchmark {state.benchmark_id}: {session.status}",
                     success=success,
@@ -243,21 +170,21 @@ class _Run:
             status="running",
             metrics={**ids, "label": task.label},
         )
-        self._milestone("task_start", f"Task {task.index}: {task.label}", index=task.index, label=task.label)
+        self.events.milestone("task_start", f"Task {task.index}: {task.label}", index=task.index, label=task.label)
         directory = self.store.task_directory(state.benchmark_id, task.index) / f"attempt-{attempt}"
         context = TaskContext(base_url, model, bin_dir, directory, first, {**state.arguments, **task.arguments})
         spans = SpanImporter(reporter, prefix="benchmark")
         span = ForeignSpan(f"attempt-{attempt}", framework.name, time.time(), attributes=ids)
         parser = framework.parser(task, context)
         start: dict[str, Any] = dict(parser.start() if parser is not None else _NO_PARSER_START)
-        self._progress(task.index, spans.started(span, **start))
+        self.events.progress(task.index, spans.started(span, **start))
         attempt_reporter = spans.reporter(span.id)
 
         def on_fields(fields: Fields) -> None:
             report: dict[str, Any] = dict(fields)
             message = str(report.pop("message", "") or f"{framework.name}: task {task.label}")
             report["metrics"] = {**(report.get("metrics") or {}), **ids}
-            self._progress(task.index, attempt_reporter.report(message, **report))
+            self.events.progress(task.index, attempt_reporter.report(message, **report))
 
         try:
             run = run_attempt(
@@ -271,7 +198,7 @@ class _Run:
             )
         except (KeyboardInterrupt, OperationCancelled):
             duration = time.time() - span.started_at
-            self._progress(task.index, spans.finished(span.completed(duration, failed=True, error="interrupted")))
+            self.events.progress(task.index, spans.finished(span.completed(duration, failed=True, error="interrupted")))
             reporter.warning(f"Task {task.label}: interrupted", status="failed")
             raise
         outcome, error = self._outcome(task, context, run)
@@ -289,7 +216,7 @@ class _Run:
         if error is not None:
             final["message"] = f"{framework.name} {task.label}: {error}"
         done = span.completed(run.duration_seconds, failed=not success, error=error)
-        self._progress(task.index, spans.finished(done, **final))
+        self.events.progress(task.index, spans.finished(done, **final))
         self._record(task, attempt, attempt_id, success, run.duration_seconds, outcome, error)
         if success:
             reporter.progress(f"Task {task.label}: {outcome.summary if outcome else 'done'}", status="succeeded")
@@ -340,7 +267,7 @@ class _Run:
         }
         self.store.save_task_result(state.benchmark_id, task.index, result)
         self.store.save(state)
-        self._milestone(
+        self.events.milestone(
             "task_end",
             f"Task {task.index}: {task.label}: {'succeeded' if success else 'failed'}",
             index=task.index,
@@ -350,7 +277,7 @@ class _Run:
             attempt_id=attempt_id,
             framework=self.framework.name,
         )
-        self._milestone("results_update", f"Results of {state.benchmark_id} updated", results=self._results())
+        self.events.milestone("results_update", f"Results of {state.benchmark_id} updated", results=self._results())
 
     def _results(self) -> dict[str, Any]:
         state = self.state
@@ -392,24 +319,12 @@ def _metric_figures(figures: Mapping[str, Any]) -> dict[str, Any]:
     return {f"result.{key}": value for key, value in list(figures.items())[:24]}
 
 
-@contextmanager
-def _workload(target: Target, overrides: Mapping[str, str], sctx: SparkrunContext) -> Iterator[tuple[str, str]]:
-    """The workload's base URL and model: a running deployment as it is, a recipe launched and stopped after."""
-    from sparkrun import api
-
-    model = overrides.get("model") or target.recipe.model or target.recipe.defaults.get("model") or ""
-    if target.deployment is not None:
-        yield f"{target.deployment.url}/v1", str(model)
-        return
-    launched = api.run(api.RunOptions(recipe=str(target.recipe.path), overrides=dict(overrides)), sctx=sctx)
-    try:
-        yield f"{launched.url}/v1", str(model)
-    finally:
-        api.stop(launched.name, sctx=sctx)
-
-
 def run_benchmark(
-    sctx: SparkrunContext, operation: Operation, request: BenchmarkRequest, callback: BenchmarkCallback | None = None
+    sctx: SparkrunContext,
+    operation: Operation,
+    request: BenchmarkRequest,
+    workloads: Workloads,
+    callback: BenchmarkCallback | None = None,
 ) -> BenchmarkResult:
     """Start (or start over) the run ``request`` describes, inside ``operation``."""
     load_plugins(sctx)
@@ -420,12 +335,12 @@ def run_benchmark(
     arguments = {**schedule.get("arguments", {}), **check_arguments(framework, request.arguments, "--arg")}
     tasks = framework.tasks(arguments, schedule)
     target = resolve_target(request.target, sctx)
-    benchmark_id = _benchmark_id(framework, arguments, schedule, target, request.overrides)
+    run_id = benchmark_id(framework, arguments, schedule, target, request.overrides)
     store = RunStore(sctx.config.state_dir)
-    with store.locked(benchmark_id):
-        previous = store.load(benchmark_id) if store.exists(benchmark_id) else None
+    with store.locked(run_id):
+        previous = store.load(run_id) if store.exists(run_id) else None
         state = RunState(
-            benchmark_id=benchmark_id,
+            benchmark_id=run_id,
             framework=framework.name,
             requirement=framework.requirement,
             title=str(schedule.get("title") or f"{framework.name} on {target.workload}"),
@@ -446,12 +361,16 @@ def run_benchmark(
             attempts=previous.attempts if previous else {},
         )
         return _Run(sctx, operation, framework, state, store, callback, resumed=False).execute(
-            target, request.overrides
+            target, request.overrides, workloads
         )
 
 
 def resume_benchmark(
-    sctx: SparkrunContext, operation: Operation, benchmark_id: str, callback: BenchmarkCallback | None = None
+    sctx: SparkrunContext,
+    operation: Operation,
+    benchmark_id: str,
+    workloads: Workloads,
+    callback: BenchmarkCallback | None = None,
 ) -> BenchmarkResult:
     """Run the failed and pending tasks of an earlier run again."""
     load_plugins(sctx)
@@ -470,5 +389,5 @@ def resume_benchmark(
             str(state.target.get("recipe") if not state.target.get("deployment") else state.target["workload"]), sctx
         )
         return _Run(sctx, operation, framework, state, store, callback, resumed=True).execute(
-            target, state.target.get("overrides", {})
+            target, state.target.get("overrides", {}), workloads
         )

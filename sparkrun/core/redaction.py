@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import threading
 import traceback
+from collections.abc import Iterable
 from typing import Any
 
 from sparkrun.core.events import Event
 from sparkrun.errors import ReportedError, error_type_name
 
-__all__ = ["REDACTED", "Redactor", "StreamRedactor"]
+__all__ = ["REDACTED", "Redactor", "StreamRedactor", "redactor_of"]
 
 REDACTED = "[redacted]"
 
@@ -111,3 +112,9 @@ class StreamRedactor:
         """The held-back rest, at the end of the stream."""
         rest, self._carry = self._redactor.text(self._carry), ""
         return rest
+
+
+def redactor_of(processors: Iterable[object]) -> Redactor:
+    """The redactor among an operation's processors, else a new one (with no secrets it redacts nothing)."""
+    found = next((p for p in processors if isinstance(p, Redactor)), None)
+    return found if found is not None else Redactor()  # not ``or``: a redactor without secrets yet is falsy

@@ -122,8 +122,8 @@ def test_tool_eval_bench_scores_some_scenarios_pass_and_some_fail(benchmark_tool
         *("--json", "--json-file", str(result_file), "--short", "--no-preflight"),
     ]
     # cwd matters: tool-eval-bench writes data/benchmarks.sqlite and runs/ under it. It also loads the
-    # first .env found above it, or else above its own installed files (the repository's, for
-    # .venv-bench): an empty one in cwd keeps a developer's settings out of the run.
+    # first .env found above it, or else above its own installed files (the repository's, for an
+    # environment inside a checkout): an empty one in cwd keeps a developer's settings out of the run.
     (tmp_path / ".env").write_text("")
     run = subprocess.run(
         command, cwd=tmp_path, env=offline_env(tmp_path / "home"), capture_output=True, text=True, timeout=120

@@ -60,11 +60,11 @@ class ToolEvalBench:
     schedule_keys: frozenset[str] = frozenset()
 
     def check(self, arguments: Mapping[str, Argument], bin_dir: Path) -> None:
+        _trials(arguments)  # the user's mistake first: it is fixed without installing anything
         if not (bin_dir / "tool-eval-bench").is_file():
             raise BenchmarkError(
                 f"tool-eval-bench is not installed in {bin_dir.parent}; run `sparkrun benchmark setup`"
             )
-        _trials(arguments)
 
     def tasks(self, arguments: Mapping[str, Argument], schedule: Mapping[str, Any]) -> list[Task]:
         return [Task(0, "scenarios")]

@@ -27,7 +27,7 @@ from sparkrun.core.deployments import DeploymentStore
 from sparkrun.core.executors import executor_for
 from sparkrun.core.launch_progress import LaunchPhaseTracker
 from sparkrun.core.operation import Operation
-from sparkrun.core.redaction import Redactor
+from sparkrun.core.redaction import Redactor, redactor_of
 from sparkrun.core.targets import Target, resolve_target
 from sparkrun.core.trace_ids import traceparent
 from sparkrun.errors import ColdSnapError
@@ -77,12 +77,6 @@ class ColdSnapResult:
 #: Environment variables whose values are treated as secrets: redacted from everything the controller sends back.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASS|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 _MIN_SECRET_CHARS = 4  # shorter values would mask unrelated text
-
-
-def _redactor(operation: Operation) -> Redactor:
-    """The operation's redactor (``api.coldsnap`` gives it one; a joined operation may have none)."""
-    found = next((p for p in operation.processors if isinstance(p, Redactor)), None)
-    return found if found is not None else Redactor()  # not ``or``: a redactor without secrets yet is falsy
 
 
 def _guard(redactor: Redactor, request: dict[str, Any]) -> None:
@@ -228,7 +222,7 @@ def run_coldsnap(
     if name not in OPERATIONS:
         raise ValueError(f"operation is {name!r}; it must be one of {', '.join(OPERATIONS)}")
     feedback = get_feedback(SOURCE, sctx=sctx)
-    redactor = _redactor(operation)
+    redactor = redactor_of(operation.processors)  # api.coldsnap gives it one
     tracker = LaunchPhaseTracker(operation, enabled=name == "restore" and operation.has_subscribers)
     try:
         with tracker.phase("prepare") if name == "restore" else nullcontext():
