@@ -12,7 +12,7 @@ PHOENIX_VENV ?= .venv-phoenix
 # that cache instead of installing on first use.
 BENCH_ENVS ?= .bench-envs
 
-.PHONY: demo test lint bench bench-env clean phoenix prometheus
+.PHONY: demo test lint bench bench-env clean phoenix prometheus sshd
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ prometheus:
 	@command -v prometheus >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# Debian's OpenSSH server: the SSH executor's tests log into real sshd processes on loopback
+# (tests/integration/ssh_hosts.py). In a container the postinst may say policy-rc.d denied starting it: fine.
+sshd:
+	@test -x /usr/sbin/sshd || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; }
+
 # The main job: launch the example chat server from its recipe, show it, show the
 # operation's trace, ask it something, and stop it (state kept in .state/demo).
 demo: $(VENV)/.installed
@@ -52,7 +58,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 # --durations: the slowest tests are listed after every run, so a test that grows slow shows up.
-test: lint $(PHOENIX_VENV)/.installed bench-env prometheus
+test: lint $(PHOENIX_VENV)/.installed bench-env prometheus sshd
 	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python SPARKRUN_BENCHMARK_ENVS=$(abspath $(BENCH_ENVS)) \
 	  $(PY) -m pytest --durations=15
 

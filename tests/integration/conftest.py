@@ -11,6 +11,7 @@ import pytest
 from tests.integration.coldsnap_harness import Snap
 from tests.integration.daemon_harness import DaemonProcess
 from tests.integration.phoenix import PhoenixServer
+from tests.integration.ssh_hosts import SshHosts
 
 
 @pytest.fixture(scope="session")
@@ -134,3 +135,56 @@ def corpus_url() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def _started_or_fail(harness: SshHosts) -> SshHosts:
+    """``harness`` started, or the test failed with sshd's reason: CI must never skip SSH tests silently."""
+    failure: str | None = None
+    try:
+        harness.start()
+    except RuntimeError as exc:
+        failure = str(exc)
+    if failure is not None:
+        # Outside the except block, so the report shows the reason once, not chained twice.
+        pytest.fail(failure, pytrace=False)
+    return harness
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts() -> Iterator[SshHosts]:
+    """Two real SSH hosts on loopback (``spark-1`` on 127.0.0.x, ``spark-2``), shared by the session.
+
+    Shared means a test leaves the homes as it found them. sshd starts only for a session that uses it.
+    """
+    harness = SshHosts(2)
+    try:
+        yield _started_or_fail(harness)
+    finally:
+        harness.stop()
+
+
+@pytest.fixture(scope="session")
+def four_ssh_hosts() -> Iterator[SshHosts]:
+    """Four hosts of their own (other users than ``ssh_hosts``'), for fan-out across more machines."""
+    harness = SshHosts(4)
+    try:
+        yield _started_or_fail(harness)
+    finally:
+        harness.stop()
+
+
+@pytest.fixture
+def start_ssh_hosts() -> Iterator[Any]:
+    """``start_ssh_hosts(count)`` starts fresh hosts a test may break; all are stopped after the test."""
+    started: list[SshHosts] = []
+
+    def start(count: int = 2) -> SshHosts:
+        harness = SshHosts(count)
+        started.append(harness)
+        return _started_or_fail(harness)
+
+    try:
+        yield start
+    finally:
+        for harness in reversed(started):
+            harness.stop()
