@@ -68,6 +68,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_journal.py
 	$(PY) benchmarks/bench_stream.py
 	$(PY) benchmarks/bench_benchmarks.py
+	$(PY) benchmarks/bench_ssh.py
 
 clean:
 	rm -rf $(VENV) $(PHOENIX_VENV) $(BENCH_ENVS) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info

@@ -13,6 +13,7 @@ __all__ = [
     "ConfigError",
     "DaemonError",
     "DeploymentError",
+    "HostError",
     "LaunchError",
     "OperationCancelled",
     "RecipeError",
@@ -44,6 +45,20 @@ class LaunchError(SparkrunError):
 
 class DeploymentError(SparkrunError):
     """A deployment is unknown, already running, or cannot be stopped."""
+
+
+class HostError(SparkrunError):
+    """A remote host cannot be reached, refuses, or fails a request; ``host`` and ``kind`` say which and why.
+
+    Kinds: ``unreachable``, ``auth``, ``host_key``, ``python_missing``,
+    ``port_in_use``, ``command_not_found``, ``not_ready``, ``timeout``,
+    ``ssh`` (anything else ssh reported).
+    """
+
+    def __init__(self, message: str, *, host: str, kind: str = "ssh") -> None:
+        super().__init__(message)
+        self.host = host
+        self.kind = kind
 
 
 class DaemonError(SparkrunError):

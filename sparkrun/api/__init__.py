@@ -15,7 +15,7 @@ from sparkrun.api.benchmark import (
     benchmark_state,
 )
 from sparkrun.api.coldsnap import ColdSnapOptions, ColdSnapResult, coldsnap
-from sparkrun.api.launch import RunOptions, RunResult, run
+from sparkrun.api.launch import PartialLaunchError, RunOptions, RunResult, run
 from sparkrun.api.manage import DeploymentStatus, StopResult, logs, status, stop
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "ColdSnapOptions",
     "ColdSnapResult",
     "DeploymentStatus",
+    "PartialLaunchError",
     "RunOptions",
     "RunResult",
     "StopResult",

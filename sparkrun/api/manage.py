@@ -6,30 +6,33 @@ process, long after the one that launched the workload has exited.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 from sparkrun.application import initialize
 from sparkrun.core import log_tail
 from sparkrun.core.context import SparkrunContext
-from sparkrun.core.deployments import Deployment, DeploymentStore
-from sparkrun.core.executors import executor_for
+from sparkrun.core.deployments import Deployment, DeploymentStore, Placement
+from sparkrun.core.executors import Executors, state_of
+from sparkrun.core.host_lines import merge_lines
 from sparkrun.core.names import check_name
 from sparkrun.core.operation import operation_scope
 from sparkrun.errors import DeploymentError
-from sparkrun.feedback import get_feedback
+from sparkrun.feedback import FeedbackReporter, get_feedback
 
 __all__ = ["DeploymentStatus", "StopResult", "logs", "status", "stop"]
-
-_FOLLOW_POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
 class DeploymentStatus:
-    """A deployment as the caller sees it; ``operation_id`` is the launch's."""
+    """A deployment as the caller sees it; ``operation_id`` is the launch's.
+
+    ``state`` is ``running`` (every host), ``partial`` (some), ``exited``
+    (none) or ``unknown`` (no host could be asked); ``host_states`` says it
+    per host, with the reason when a host could not be asked.
+    """
 
     name: str
     state: str
@@ -38,31 +41,44 @@ class DeploymentStatus:
     port: int
     pids: tuple[int, ...]
     url: str
+    urls: tuple[str, ...]
+    host_states: Mapping[str, str]
     started_at: float
     log_path: Path
     operation_id: str
 
     @classmethod
-    def from_record(cls, record: Deployment, **changes: Any) -> Self:
-        values = {
-            "name": record.name,
-            "state": record.state,
-            "recipe": record.recipe,
-            "hosts": tuple(record.hosts),
-            "port": record.port,
-            "pids": tuple(record.pids),
-            "url": record.url,
-            "started_at": record.started_at,
-            "log_path": Path(record.log_path),
-            "operation_id": record.operation_id,
-        }
-        return cls(**{**values, **changes})
+    def from_record(
+        cls, record: Deployment, *, state: str, host_states: Mapping[str, bool | BaseException] | None = None
+    ) -> Self:
+        answers = host_states or {}
+        return cls(
+            name=record.name,
+            state=state,
+            recipe=record.recipe,
+            hosts=tuple(placement.host for placement in record.placements),
+            port=record.port,
+            pids=tuple(record.pids),
+            url=record.url,
+            urls=tuple(placement.url for placement in record.placements),
+            host_states={host: _host_state(answers.get(host, state == "running")) for host in record.hosts},
+            started_at=record.started_at,
+            log_path=Path(record.log_path),
+            operation_id=record.operation_id,
+        )
+
+
+def _host_state(answer: bool | BaseException) -> str:
+    if isinstance(answer, BaseException):
+        return f"unknown: {(str(answer).splitlines() or [type(answer).__name__])[0]}"
+    return "running" if answer else "exited"
 
 
 @dataclass(frozen=True)
 class StopResult:
     name: str
-    outcome: str  # terminated, killed or already exited
+    outcome: str  # terminated, killed or already exited; per host, joined, when there are several
+    hosts: Mapping[str, str] = field(default_factory=dict)
 
 
 def _context(sctx: SparkrunContext | None) -> SparkrunContext:
@@ -78,70 +94,87 @@ def _find(store: DeploymentStore, name: str) -> Deployment:
 
 
 def status(*, sctx: SparkrunContext | None = None) -> list[DeploymentStatus]:
-    """Every recorded deployment and whether its process still runs."""
+    """Every recorded deployment and whether its processes still run, asked of all hosts at once."""
     sctx = _context(sctx)
     with operation_scope(sctx, name="status"):
-        return [DeploymentStatus.from_record(d) for d in DeploymentStore(sctx.config.state_dir).all()]
+        executors = Executors(sctx.config)
+        deployments = DeploymentStore(sctx.config.state_dir).all()
+        answers = executors.fan_out(executors.host_states, deployments)
+        found = []
+        for deployment, states in zip(deployments, answers, strict=True):
+            states = {} if isinstance(states, BaseException) else states
+            found.append(DeploymentStatus.from_record(deployment, state=state_of(states), host_states=states))
+        return found
 
 
 def stop(
     name: str | None = None, *, all: bool = False, grace: float = 5.0, sctx: SparkrunContext | None = None
 ) -> list[StopResult]:
-    """Stop one deployment (or ``all`` of them): SIGTERM to its process group, SIGKILL after ``grace``."""
+    """Stop one deployment (or ``all`` of them) on every host: SIGTERM to its process group, SIGKILL after ``grace``.
+
+    Hosts are stopped in parallel; a host that cannot be reached keeps the
+    record (with that host only), so a later ``stop`` retries it.
+    """
     if (name is None) == (not all):
         raise ValueError("name is required unless all=True (and cannot be combined with it)")
     sctx = _context(sctx)
     with operation_scope(sctx, name="stop"):
         store = DeploymentStore(sctx.config.state_dir)
-        if name is None:  # all=True: exactly one of the two was given (checked above)
-            targets = [d for d in store.all() if d.alive()]
-        else:
-            deployment = _find(store, name)
-            if not deployment.alive():
-                store.remove(deployment.name)
-                raise DeploymentError(f"deployment is not running; its record is removed (deployment={name!r})")
-            targets = [deployment]
+        executors = Executors(sctx.config)
+        # all=True stops what runs; a named stop asks its hosts only once, by stopping (it says what exited)
+        targets = [d for d in store.all() if executors.state(d) != "exited"] if name is None else [_find(store, name)]
         feedback = get_feedback("sparkrun.stop", sctx=sctx)
-        results = []
-        for deployment in targets:
-            activity = feedback.child(host=deployment.hosts[0])
-            activity.progress(f"Stopping {deployment.name} (pid {deployment.pid})", stage="stop", status="running")
-            outcome = executor_for(deployment.hosts[0]).stop(deployment.identity, grace=grace)
-            store.remove(deployment.name)
-            activity.progress(f"{deployment.name}: {outcome}", stage="stop", status="succeeded")
-            results.append(StopResult(deployment.name, outcome))
+        results = [_stop_one(deployment, executors, store, feedback, grace) for deployment in targets]
+        if name is not None and set(results[0].hosts.values()) == {"already exited"}:
+            raise DeploymentError(f"deployment is not running; its record is removed (deployment={name!r})")
         store.prune_logs()
         feedback.progress(f"Stopped {len(results)} deployment(s)", stage="stop", status="succeeded")
         return results
 
 
-def _follow(path: Path, alive: Callable[[], bool], tail: int | None, follow: bool) -> Iterator[str]:
-    lines, position = log_tail.start(path, tail)
-    yield from lines
-    end = None if follow else _size(path)  # without follow, what was there when asked, however fast it grows
-    while True:
-        ended = end is not None or not alive()  # checked before reading, so its last lines are read
-        lines, position, had_data = log_tail.read_new(path, position, final=ended)
-        yield from lines
-        if (ended and not had_data) or (end is not None and position >= end):
-            return
-        if not lines:
-            time.sleep(_FOLLOW_POLL_SECONDS)
+def _stop_one(
+    deployment: Deployment, executors: Executors, store: DeploymentStore, feedback: FeedbackReporter, grace: float
+) -> StopResult:
+    def stop_on(placement: Placement) -> str:
+        activity = feedback.child(host=placement.host)
+        activity.progress(f"Stopping {deployment.name} (pid {placement.pid})", stage="stop", status="running")
+        try:
+            outcome = executors.for_placement(placement).stop(placement, grace=grace)
+        except Exception as error:
+            activity.error((str(error).splitlines() or [""])[0], stage="stop", status="failed")
+            raise
+        activity.progress(f"{deployment.name}: {outcome}", stage="stop", status="succeeded")
+        return outcome
 
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
+    answers = executors.fan_out(stop_on, deployment.placements)
+    failed = [
+        (placement, answer)
+        for placement, answer in zip(deployment.placements, answers, strict=True)
+        if isinstance(answer, BaseException)
+    ]
+    if failed:
+        deployment.placements = [placement for placement, _ in failed]
+        store.save(deployment)
+        details = "; ".join(f"{placement.host}: {error}" for placement, error in failed)
+        raise DeploymentError(f"{deployment.name} could not be stopped on every host ({details}); run stop again")
+    store.remove(deployment.name)
+    outcomes = {placement.host: str(answer) for placement, answer in zip(deployment.placements, answers, strict=True)}
+    return StopResult(deployment.name, ", ".join(sorted(set(outcomes.values()))), outcomes)
 
 
 def logs(
-    name: str, *, follow: bool = False, tail: int | None = None, sctx: SparkrunContext | None = None
+    name: str,
+    *,
+    follow: bool = False,
+    tail: int | None = None,
+    host: str | None = None,
+    sctx: SparkrunContext | None = None,
 ) -> Iterator[str]:
     """The workload's log lines: the last ``tail`` (or all), then new ones while it runs if ``follow``.
 
-    A deployment that was stopped keeps its last run's log (see
+    A deployment on several hosts gives every host's lines (or ``host``'s
+    only), each prefixed with ``[host]``, merged as they arrive. A deployment
+    that was stopped keeps its last run's log (see
     :meth:`~sparkrun.core.deployments.DeploymentStore.prune_logs`); its lines
     are returned as they are, and ``follow`` ends at once.
     """
@@ -155,5 +188,16 @@ def logs(
             kept = store.log_path(name)
             if not kept.is_file():
                 _find(store, name)  # raises, naming the known deployments
-            return _follow(kept, lambda: False, tail, follow)
-    return _follow(Path(deployment.log_path), deployment.alive, tail, follow)
+            return log_tail.follow(kept, lambda: False, tail, follow)
+        placements = deployment.placements
+        if host is not None:
+            placements = [placement for placement in placements if placement.host == host]
+            if not placements:
+                raise DeploymentError(
+                    f"{name} does not run on this host (host={host!r}, hosts: {', '.join(deployment.hosts)})"
+                )
+        executors = Executors(sctx.config)
+        sources = [(p.host, executors.for_placement(p).logs(p, tail=tail, follow=follow)) for p in placements]
+    if len(sources) == 1 and (host is not None or len(deployment.placements) == 1):
+        return sources[0][1]
+    return merge_lines(sources)

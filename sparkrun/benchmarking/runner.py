@@ -44,6 +44,7 @@ from sparkrun.core.context import SparkrunContext
 from sparkrun.core.operation import Operation
 from sparkrun.core.redaction import redactor_of
 from sparkrun.core.targets import Target, resolve_target
+from sparkrun.core.trace_ids import trace_environment
 from sparkrun.errors import BenchmarkError, OperationCancelled
 from sparkrun.feedback import get_feedback
 from sparkrun.foreign_spans import ForeignSpan, SpanImporter
@@ -190,7 +191,10 @@ class _Run:
             run = run_attempt(
                 framework.command(task, context),
                 directory=directory,
-                environment=framework.environment(context),
+                environment={
+                    **framework.environment(context),
+                    **trace_environment(attempt_reporter.operation_id, attempt_reporter.activity_id),
+                },
                 timeout=state.task_timeout,
                 parser=parser,
                 on_fields=on_fields,

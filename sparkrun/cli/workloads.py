@@ -59,8 +59,11 @@ def run(
         record = {**result.__dict__, "type": "result", "log_path": str(result.log_path)}
         click.echo(json.dumps(record))
     else:
-        pids = ", ".join(str(pid) for pid in result.pids)
-        click.echo(f"{result.name} is running at {result.url} (pid {pids}); operation {result.operation_id}")
+        where = ", ".join(
+            f"{url} (pid {pid})" if len(result.hosts) == 1 else f"{host} {url} (pid {pid})"
+            for host, url, pid in zip(result.hosts, result.urls, result.pids, strict=True)
+        )
+        click.echo(f"{result.name} is running at {where}; operation {result.operation_id}")
     if foreground:
         try:
             for line in api.logs(result.name, follow=True, tail=0, sctx=sctx):
@@ -125,32 +128,42 @@ def status(ctx: click.Context, as_json: bool, events_jsonl: Path | None, state_d
     rows = [
         [
             d.name,
-            d.state,
-            ",".join(str(p) for p in d.pids),
-            d.url,
+            host,
+            d.host_states.get(host, d.state),
+            str(pid),
+            url,
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.started_at)),
             d.recipe,
         ]
         for d in deployments
+        for host, pid, url in zip(d.hosts, d.pids, d.urls, strict=True)
     ]
-    click.echo(render_table(["name", "state", "pid", "url", "started", "recipe"], rows, right=(2,), flexible=0))
+    headers = ["name", "host", "state", "pid", "url", "started", "recipe"]
+    click.echo(render_table(headers, rows, right=(3,), flexible=2))
 
 
 @click.command(cls=Command)
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines while the workload runs.")
 @click.option("--tail", type=click.IntRange(min=0), help="Start with only the last N lines.")
+@click.option("--host", help="Only this host's lines (default: every host's, each line marked [host]).")
 @events_jsonl_option
 @state_dir_option
 @click.pass_context
 def logs(
-    ctx: click.Context, name: str, follow: bool, tail: int | None, events_jsonl: Path | None, state_dir: Path | None
+    ctx: click.Context,
+    name: str,
+    follow: bool,
+    tail: int | None,
+    host: str | None,
+    events_jsonl: Path | None,
+    state_dir: Path | None,
 ) -> None:
-    """Print the log of deployment NAME (running, or the last run of a stopped one)."""
+    """Print the log of deployment NAME (running, or the last run of a stopped one), from every host."""
     from sparkrun import api
 
     with operation_session(ctx, state_dir=state_dir, events_jsonl=events_jsonl, live=False, traced=False) as sctx:
-        lines = api.logs(name, follow=follow, tail=tail, sctx=sctx)
+        lines = api.logs(name, follow=follow, tail=tail, host=host, sctx=sctx)
     try:
         for line in lines:
             click.echo(line)

@@ -3,10 +3,11 @@
 One JSON file per deployment under ``<state_dir>/deployments/``, next to the
 workload's log, so ``status``, ``stop`` and ``logs`` work from any later
 process. A deployment name follows the name rule (:mod:`sparkrun.core.names`)
-and every path is checked to stay in that folder. Liveness is a
-:class:`~sparkrun.core.processes.ProcessIdentity` check (start time, boot and
-a marker in the workload's environment), so a recycled pid is never mistaken
-for the workload.
+and every path is checked to stay in that folder. Each host's process is a
+:class:`Placement` whose :class:`~sparkrun.core.processes.ProcessIdentity`
+(start time, boot and a marker in the workload's environment) is checked on
+its host by its executor, so a recycled pid is never mistaken for the
+workload.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sparkrun.core.names import is_name, path_in
 from sparkrun.core.processes import ProcessIdentity
 from sparkrun.errors import DeploymentError
 
-__all__ = ["KEPT_LOGS", "Deployment", "DeploymentStore"]
+__all__ = ["KEPT_LOGS", "Deployment", "DeploymentStore", "Placement"]
 
 _log = logging.getLogger(__name__)
 #: Logs of stopped deployments kept for ``sparkrun logs``; older ones are deleted.
@@ -29,8 +30,35 @@ KEPT_LOGS = 20
 
 
 @dataclass
+class Placement:
+    """One host's process of a deployment: where it runs, how to prove it is ours, where its log is.
+
+    ``ssh`` is the inventory entry the host was reached through (None for
+    this machine): stop, status and logs use what the launch used, even if
+    the configuration changed since.
+    """
+
+    host: str
+    pid: int
+    start_ticks: int | None
+    boot_id: str | None
+    marker: str | None
+    log_path: str
+    url: str
+    ssh: dict[str, Any] | None = None
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        return ProcessIdentity(self.pid, self.start_ticks, self.boot_id, self.marker)
+
+    @classmethod
+    def started(cls, host: str, identity: ProcessIdentity, *, log_path: str, url: str, **extra: Any) -> Placement:
+        return cls(host, identity.pid, identity.start_ticks, identity.boot_id, identity.marker, log_path, url, **extra)
+
+
+@dataclass
 class Deployment:
-    """A launched workload, as recorded on disk."""
+    """A launched workload, as recorded on disk: one placement per host it runs on."""
 
     name: str
     recipe: str
@@ -39,30 +67,33 @@ class Deployment:
     hosts: list[str]
     port: int
     command: str
-    pid: int
-    start_ticks: int | None
-    log_path: str
-    url: str
+    placements: list[Placement]
     operation_id: str
     started_at: float
     extra: dict[str, Any] = field(default_factory=dict)
-    boot_id: str | None = None
-    marker: str | None = None
 
     @property
     def pids(self) -> list[int]:
-        return [self.pid]
+        return [placement.pid for placement in self.placements]
 
     @property
-    def identity(self) -> ProcessIdentity:
-        return ProcessIdentity(self.pid, self.start_ticks, self.boot_id, self.marker)
-
-    def alive(self) -> bool:
-        return self.identity.matches()
+    def url(self) -> str:
+        return self.placements[0].url if self.placements else ""
 
     @property
-    def state(self) -> str:
-        return "running" if self.alive() else "exited"
+    def log_path(self) -> str:
+        """The first host's log (on that host; the only one on this machine for a local deployment)."""
+        return self.placements[0].log_path if self.placements else ""
+
+
+def _upgraded(data: dict[str, Any]) -> dict[str, Any]:
+    """A record written before deployments had placements: its one local process becomes one."""
+    if "placements" in data or "pid" not in data:
+        return data
+    single = {key: data.pop(key, None) for key in ("pid", "start_ticks", "boot_id", "marker", "log_path", "url")}
+    hosts = data.get("hosts") or ["localhost"]
+    data["placements"] = [{"host": hosts[0], **single}]
+    return data
 
 
 _FIELDS = {f.name for f in fields(Deployment)}
@@ -95,11 +126,13 @@ class DeploymentStore:
             return None
         except (OSError, ValueError) as error:
             raise DeploymentError(f"unreadable deployment record (path={record}, {error})") from error
-        if not isinstance(data, dict) or not {"name", "pid", "start_ticks"} <= data.keys() or data["name"] != name:
+        if not isinstance(data, dict) or data.get("name") != name:
             raise DeploymentError(f"unreadable deployment record (path={record}); remove it to forget the deployment")
         try:
-            return Deployment(**{key: value for key, value in data.items() if key in _FIELDS})
-        except TypeError as error:
+            values = {key: value for key, value in _upgraded(data).items() if key in _FIELDS}
+            values["placements"] = [Placement(**placement) for placement in values["placements"]]
+            return Deployment(**values)
+        except (KeyError, TypeError) as error:
             raise DeploymentError(f"unreadable deployment record (path={record}, {error})") from error
 
     def remove(self, name: str) -> None:

@@ -11,11 +11,14 @@ from a worker thread so a slow disk never stalls its event loop.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["CHUNK_BYTES", "MAX_LINE_BYTES", "read_new", "start", "tail"]
+__all__ = ["CHUNK_BYTES", "MAX_LINE_BYTES", "follow", "read_new", "start", "tail"]
 
 MAX_LINE_BYTES = 64 * 1024
+FOLLOW_POLL_SECONDS = 0.2
 CHUNK_BYTES = 1024 * 1024
 _BLOCK = 64 * 1024
 
@@ -94,3 +97,30 @@ def read_new(
         taken = len(piece) + (data[max_line : max_line + 1] == b"\n")  # a line of exactly max_line ends here
         return _pieces(piece, max_line), position + taken, True
     return [], position, True
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def follow(path: Path, alive: Callable[[], bool], tail_count: int | None, keep_following: bool) -> Iterator[str]:
+    """The last ``tail_count`` lines (all without), then, if ``keep_following``, new ones while ``alive()``.
+
+    Without following, it reads what was there when asked, however fast the
+    file grows; following, the last lines of a process that just ended are
+    still read before it stops.
+    """
+    lines, position = start(path, tail_count)
+    yield from lines
+    end = None if keep_following else _size(path)
+    while True:
+        ended = end is not None or not alive()  # checked before reading, so its last lines are read
+        lines, position, had_data = read_new(path, position, final=ended)
+        yield from lines
+        if (ended and not had_data) or (end is not None and position >= end):
+            return
+        if not lines:
+            time.sleep(FOLLOW_POLL_SECONDS)

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +29,9 @@ __all__ = [
     "children_of",
     "new_marker",
     "signal_group",
+    "spawn_detached",
     "start_ticks",
+    "terminate_group",
 ]
 
 #: The environment variable that carries a process's marker from its spawn.
@@ -141,6 +147,51 @@ def signal_group(identity: ProcessIdentity, sig: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def spawn_detached(
+    argv: list[str], *, env: Mapping[str, str], cwd: str, log_path: Path
+) -> tuple[subprocess.Popen[bytes], ProcessIdentity]:
+    """Start ``argv`` in its own session (it outlives its starter; a stop signals its whole group).
+
+    stdout and stderr go to ``log_path``, which starts empty: the log holds
+    this run only. The marker in its environment makes its identity provable.
+    """
+    marker = new_marker()
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, **env, MARKER_VARIABLE: marker},
+            start_new_session=True,
+        )
+    return popen, ProcessIdentity.of(popen.pid, marker=marker)
+
+
+def terminate_group(identity: ProcessIdentity, *, grace: float, poll: float = 0.1) -> str | None:
+    """End a process group: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    Returns how it ended (``terminated``, ``killed`` or ``already exited``),
+    or None if the process still matches but no longer leads its own group
+    (it is then left alone). Only a process that still proves to be the
+    recorded one is signalled.
+    """
+    if not identity.matches():
+        return "already exited"
+    outcome = "terminated"
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if not signal_group(identity, sig):
+            return None if identity.matches() else outcome
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and identity.matches():
+            time.sleep(poll)
+        if not identity.matches():
+            return outcome
+        outcome = "killed"
+    return outcome
 
 
 def children_of(parent: int) -> list[int]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sparkrun.core.context import SparkrunContext
 from sparkrun.core.deployments import Deployment, DeploymentStore
+from sparkrun.core.executors import Executors
 from sparkrun.core.names import is_name
 from sparkrun.core.recipes import Recipe, find_recipe, load_recipe, recipe_dirs
 from sparkrun.errors import RecipeError
@@ -35,13 +36,14 @@ class Target:
 def resolve_target(reference: str, sctx: SparkrunContext) -> Target:
     """A running deployment of that name, else a recipe (by path or name), else an error naming both."""
     store = DeploymentStore(sctx.config.state_dir)
+    executors = Executors(sctx.config)
     deployment = store.load(reference) if is_name(reference) else None
-    if deployment is not None and deployment.alive():
+    if deployment is not None and executors.state(deployment) != "exited":
         return Target(deployment.name, load_recipe(deployment.recipe_path), deployment)
     config_dir = sctx.config.path.parent if sctx.config.path is not None else None
     try:
         recipe = find_recipe(reference, recipe_dirs(sctx.config.values, config_dir))
     except RecipeError as error:
-        running = ", ".join(d.name for d in store.all() if d.alive()) or "none"
+        running = ", ".join(d.name for d in store.all() if executors.state(d) != "exited") or "none"
         raise RecipeError(f"{error}; nor is it a running deployment (running: {running})") from None
     return Target(recipe.name, recipe)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hashlib import blake2b
 
-__all__ = ["activity_span_id", "phase_span_id", "root_span_id", "trace_id_of", "traceparent"]
+__all__ = ["activity_span_id", "phase_span_id", "root_span_id", "trace_environment", "trace_id_of", "traceparent"]
 
 
 def trace_id_of(operation_id: str) -> int:
@@ -43,3 +43,12 @@ def phase_span_id(operation_id: str, slug: str) -> int:
 def traceparent(operation_id: str, activity_id: str) -> str:
     """The W3C ``traceparent`` of a process started by the activity: its span is the parent."""
     return f"00-{trace_id_of(operation_id):032x}-{activity_span_id(operation_id, activity_id):016x}-01"
+
+
+def trace_environment(operation_id: str, activity_id: str) -> dict[str, str]:
+    """The environment that makes a process sparkrun starts join the trace under the activity's span.
+
+    sparkrun keeps no vendor trace state, so ``TRACESTATE`` is not set (the
+    W3C rules allow its absence).
+    """
+    return {"TRACEPARENT": traceparent(operation_id, activity_id)}

@@ -188,6 +188,14 @@ async def logs(request: Request) -> Response:
     deployment = await manager.read(DeploymentStore(manager.state_dir).load, name)
     if deployment is None:
         return error_response(404, f"no deployment with this name (deployment={name!r})")
+    remote = [placement.host for placement in deployment.placements if placement.ssh is not None]
+    if remote or not deployment.placements:
+        hosts = ", ".join(remote) or "none"
+        return error_response(
+            400,
+            f"this stream serves logs of this machine only; use `sparkrun logs {name}` "
+            f"(deployment={name!r}, remote hosts: {hosts})",
+        )
     stream = log_stream(
         manager,
         deployment,

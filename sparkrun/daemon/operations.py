@@ -159,7 +159,7 @@ def _status(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter
 def _logs(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
     from sparkrun import api
 
-    return list(api.logs(arguments["name"], tail=arguments.get("tail"), sctx=sctx))
+    return list(api.logs(arguments["name"], tail=arguments.get("tail"), host=arguments.get("host"), sctx=sctx))
 
 
 def _coldsnap(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
@@ -204,6 +204,15 @@ def _one_of(*choices: str) -> Callable[[str, Any], Any]:
         return value
 
     return check
+
+
+def _host_name(field: str, value: str) -> str:
+    from sparkrun.core.executors.inventory import check_host_name
+
+    try:
+        return check_host_name(value, field=field)
+    except SparkrunError as error:
+        raise ValueError(str(error)) from None
 
 
 def _plain(value: Any) -> Any:
@@ -262,8 +271,12 @@ def _register_builtins() -> None:
         DaemonOperation(
             "logs",
             _logs,
-            {"name": Param(str, True, check=check_name), "tail": Param(int, check=_in_range(0, 100_000))},
-            "Read a deployment's log.",
+            {
+                "name": Param(str, True, check=check_name),
+                "tail": Param(int, check=_in_range(0, 100_000)),
+                "host": Param(str, check=_host_name),
+            },
+            "Read a deployment's log (every host's, each line marked [host], or one host's).",
         ),
     ):
         register_operation(operation)

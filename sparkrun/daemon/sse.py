@@ -88,7 +88,8 @@ async def event_stream(
 
 
 def _log_step(path: Path, position: int, deployment: Deployment, follow: bool) -> tuple[list[str], int, bool]:
-    ended = not follow or not deployment.alive()  # checked before reading, so the last lines are read
+    placement = deployment.placements[0]  # the route serves deployments of this machine only
+    ended = not follow or not placement.identity.matches()  # checked before reading, so the last lines are read
     lines, position, had_data = log_tail.read_new(path, position, final=ended)
     return lines, position, ended and not had_data
 

@@ -248,11 +248,12 @@ class DaemonProcess:
         from sparkrun.core.deployments import DeploymentStore
 
         for deployment in DeploymentStore(self.state_dir).all():
-            if not deployment.alive():
-                continue
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(deployment.pid, signal.SIGKILL)
+            for placement in deployment.placements:
+                if placement.ssh is not None or not placement.identity.matches():
+                    continue  # remote workloads end with their test host
+                for kill in (os.killpg, os.kill):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        kill(placement.pid, signal.SIGKILL)
 
     # -- HTTP -------------------------------------------------------------------------
 

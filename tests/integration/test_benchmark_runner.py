@@ -35,9 +35,10 @@ def bench(tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         for deployment in DeploymentStore(harness.state_dir).all():
-            if deployment.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(deployment.pid, signal.SIGKILL)
+            for placement in deployment.placements:
+                if placement.identity.matches():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(placement.pid, signal.SIGKILL)
 
 
 def _benchmark_id(output: str) -> str:
@@ -187,8 +188,9 @@ def test_a_killed_run_is_found_crashed_and_resumes(bench):
     for pid in bench.leftovers():
         os.kill(pid, signal.SIGKILL)
     for deployment in DeploymentStore(bench.state_dir).all():
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(deployment.pid, signal.SIGKILL)
+        for pid in deployment.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
     status = bench.cli("status")
     assert "crashed" in status.stdout and "1 session(s) crashed" in status.stdout
     (run_dir,) = (bench.state_dir / "benchmarks").iterdir()

@@ -176,8 +176,8 @@ def test_run_status_chat_logs_stop(sparkrun):
     status = sparkrun("status")
     assert status.returncode == 0, status.stderr
     header, row = status.stdout.splitlines()
-    assert header.split() == ["name", "state", "pid", "url", "started", "recipe"]
-    assert row.split()[:4] == ["example-chat", "running", str(pid), url]
+    assert header.split() == ["name", "host", "state", "pid", "url", "started", "recipe"]
+    assert row.split()[:5] == ["example-chat", "localhost", "running", str(pid), url]
 
     as_json = sparkrun("status", "--json")
     assert as_json.returncode == 0, as_json.stderr
@@ -246,7 +246,7 @@ def test_second_run_of_a_running_deployment_is_refused(sparkrun):
         f"error: a deployment with this name is already running (deployment=example-chat, pid={running.group(3)}); "
         "stop it first with `sparkrun stop example-chat`"
     ]
-    assert sparkrun("status", "--json").stdout.count('"running"') == 1
+    assert [d["state"] for d in json.loads(sparkrun("status", "--json").stdout)] == ["running"]
 
 
 # -- bad input -------------------------------------------------------------------------

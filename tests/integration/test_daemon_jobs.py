@@ -361,7 +361,9 @@ def test_run_and_stop_of_the_example_recipe_through_the_daemon(daemon):
     ]
     stopped = daemon.wait_state(daemon.submit("stop", name="example-chat")["job_id"])
     assert stopped["state"] == "succeeded", stopped
-    assert stopped["result"] == [{"name": "example-chat", "outcome": "terminated"}]
+    assert stopped["result"] == [
+        {"name": "example-chat", "outcome": "terminated", "hosts": {"localhost": "terminated"}}
+    ]
     wait_for(lambda: not process_alive(pid), timeout=15, what="the workload to exit")
     again = daemon.wait_state(daemon.submit("stop", name="example-chat")["job_id"])
     assert again["state"] == "failed" and again["error"]["type"] == "DeploymentError"

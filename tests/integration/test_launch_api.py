@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import textwrap
@@ -19,7 +18,7 @@ from sparkrun import api
 from sparkrun.application import initialize
 from sparkrun.core.deployments import DeploymentStore
 from sparkrun.core.distribution import register_provider, unregister_provider
-from sparkrun.errors import DeploymentError, LaunchError, RecipeError
+from sparkrun.errors import DeploymentError, HostError, LaunchError, RecipeError
 from sparkrun.schemas import load_schema
 from tests.conftest import drain
 from tests.integration.daemon_harness import process_alive, wait_for
@@ -244,12 +243,14 @@ def test_stop_ends_the_whole_group_and_escalates(recipes, context):
     wait_for(lambda: not process_alive(child), what=f"the workload's child (pid {child}) to be gone")
 
 
-def test_remote_hosts_are_refused(recipes, context):
-    name = _recipe(recipes, "remote", CHAT.format(name="remote") + "hosts: [spark-1]\n")
+def test_a_remote_host_that_does_not_resolve_is_named_with_the_cause(recipes, context):
+    name = _recipe(recipes, "remote", CHAT.format(name="remote") + "hosts: [no-such-host.invalid]\n")
     with pytest.raises(
-        LaunchError, match=re.escape("remote hosts are not supported yet; only localhost runs workloads (host=spark-1)")
-    ):
+        HostError, match=r"^no-such-host.invalid: host unreachable at no-such-host.invalid:22: .*resolve"
+    ) as raised:
         api.run(api.RunOptions(recipe=name), sctx=context)
+    assert raised.value.kind == "unreachable" and raised.value.host == "no-such-host.invalid"
+    assert api.status(sctx=context) == []
 
 
 def test_distribution_providers_get_a_bound_reporter(recipes, context):

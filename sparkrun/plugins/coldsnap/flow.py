@@ -24,12 +24,12 @@ from typing import Any
 
 from sparkrun.core.context import SparkrunContext
 from sparkrun.core.deployments import DeploymentStore
-from sparkrun.core.executors import executor_for
+from sparkrun.core.executors import Executors
 from sparkrun.core.launch_progress import LaunchPhaseTracker
 from sparkrun.core.operation import Operation
 from sparkrun.core.redaction import Redactor, redactor_of
 from sparkrun.core.targets import Target, resolve_target
-from sparkrun.core.trace_ids import traceparent
+from sparkrun.core.trace_ids import trace_environment
 from sparkrun.errors import ColdSnapError
 from sparkrun.feedback import FeedbackReporter, get_feedback
 from sparkrun.plugins.coldsnap.canonical import request_text
@@ -127,7 +127,7 @@ class _Invocation:
             on_record=counted,
             prepare_only=prepare_only,
             cancel_grace=self.settings.cancel_grace_seconds,
-            environment={"TRACEPARENT": traceparent(reporter.operation_id, reporter.activity_id)},
+            environment=trace_environment(reporter.operation_id, reporter.activity_id),
             on_cancel=lambda text: reporter.warning(text, stage="cancel"),
         )
         try:
@@ -198,15 +198,19 @@ def _prune(runs: Path) -> None:
 def _evict(target: Target, sctx: SparkrunContext, feedback: FeedbackReporter) -> str:
     """Stop the deployment sparkrun runs under the workload's name, if any (the controller replaces its own)."""
     store = DeploymentStore(sctx.config.state_dir)
+    executors = Executors(sctx.config)
     deployment = store.load(target.workload)
-    if deployment is None or not deployment.alive():
+    if deployment is None or executors.state(deployment) == "exited":
         return "nothing to evict"
-    activity = feedback.child(source=f"{SOURCE}.evict", host=deployment.hosts[0])
-    activity.progress(f"Evicting {deployment.name} (pid {deployment.pid})", stage="evict", status="running")
-    outcome = executor_for(deployment.hosts[0]).stop(deployment.identity, grace=5.0)
+    outcomes = []
+    for placement in deployment.placements:
+        activity = feedback.child(source=f"{SOURCE}.evict", host=placement.host)
+        activity.progress(f"Evicting {deployment.name} (pid {placement.pid})", stage="evict", status="running")
+        outcome = executors.for_placement(placement).stop(placement, grace=5.0)
+        activity.progress(f"Evicted {deployment.name}: {outcome}", stage="evict", status="succeeded")
+        outcomes.append(outcome)
     store.remove(deployment.name)
-    activity.progress(f"Evicted {deployment.name}: {outcome}", stage="evict", status="succeeded")
-    return f"evicted {deployment.name} ({outcome})"
+    return f"evicted {deployment.name} ({', '.join(sorted(set(outcomes)))})"
 
 
 def run_coldsnap(
