@@ -18,6 +18,9 @@ Replies are deterministic, so tests can assert exact output (the rules live in `
 ``--prompt-token-delay`` and ``--token-delay`` make "prefill" and "generation" take time, so benchmarks
 measure finite token rates and a stream can be watched token by token.
 
+With ``TRACEPARENT`` and an OTLP endpoint in its environment (``OTEL_EXPORTER_OTLP_ENDPOINT``, ...), each
+request becomes a span in the trace of the sparkrun operation that launched it (``example_engine/tracing.py``).
+
 Usage:
     python examples/workloads/openai_server.py --host 127.0.0.1 --port 8000 --model NAME [--startup-delay 5]
         [--prompt-token-delay SECONDS] [--token-delay SECONDS]
@@ -37,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from example_engine.chat import ClientError, assemble, completion_id, parse_chat_request, reply_deltas, usage
+from example_engine.tracing import RequestRecord, Tracing, start_tracing
 
 CREATED = 1_700_000_000  # Fixed, so identical requests give byte-identical responses.
 MAX_BODY_BYTES = 16 << 20  # Far above a long-context benchmark prompt; refuse to buffer anything bigger.
@@ -65,6 +69,7 @@ class Handler(BaseHTTPRequestHandler):
     # Headers and body go out as separate writes; with Nagle's algorithm the body would wait for the
     # client's delayed ACK (about 40 ms), which benchmarks would measure as network latency.
     disable_nagle_algorithm = True
+    record: RequestRecord | None = None  # the request being answered, for its span
 
     @property
     def model(self) -> str:
@@ -75,17 +80,27 @@ class Handler(BaseHTTPRequestHandler):
         time.sleep(getattr(self.server, per_token) * tokens)
 
     def _dispatch(self) -> None:
+        path = urlsplit(self.path).path
+        self.record = RequestRecord(self.command, path)
+        try:
+            with self.server.tracing.request(self.record):  # type: ignore[attr-defined]
+                self._route(path)
+        finally:
+            self.record = None
+
+    def _route(self, path: str) -> None:
         routes = {
             "/health": {"GET": self._health},
             "/v1/models": {"GET": self._models},
             "/v1/chat/completions": {"POST": self._chat},
         }
-        path = urlsplit(self.path).path
         try:
             body = self._read_body()  # Always consumed, so a kept-alive connection stays in step.
             methods = routes.get(path)
             if methods is None:
                 raise ClientError(HTTPStatus.NOT_FOUND, f"Invalid URL ({self.command} {path}).")
+            if self.record is not None:
+                self.record.route = path
             if self.command not in methods:
                 allowed = ", ".join(methods)
                 message = f"Method {self.command} is not allowed on {path}; use {allowed}."
@@ -123,6 +138,8 @@ class Handler(BaseHTTPRequestHandler):
         reply_id = completion_id(request.messages)
         deltas, finish_reason = reply_deltas(request, reply_id)
         counts = usage(request, deltas)
+        if self.record is not None:
+            self.record.model, self.record.usage = self.model, counts
         base = {"id": reply_id, "object": "chat.completion", "created": CREATED, "model": self.model}
         self._pause("prompt_token_delay", counts["prompt_tokens"])
         if request.stream:
@@ -164,6 +181,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: HTTPStatus, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
+        if self.record is not None and status >= 400:
+            self.record.error = payload["error"]["message"]
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -172,6 +191,11 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        if self.record is not None:
+            self.record.status = int(code)
+        super().send_response(code, message)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Protocol errors that http.server detects itself still answer in the OpenAI format."""
@@ -189,6 +213,7 @@ class Server(ThreadingHTTPServer):
     """Carries the model name and delays to handlers, and turns client hang-ups into one log line."""
 
     model = ""
+    tracing = Tracing([])
     prompt_token_delay = 0.0
     token_delay = 0.0
 
@@ -230,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)  # A second signal must not interrupt the cleanup.
         raise Shutdown
 
+    tracing = start_tracing()  # before the handlers: a SIGTERM while the SDK imports simply ends the process
+    for notice in tracing.notices:
+        print(notice, file=sys.stderr, flush=True)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     server: Server | None = None
@@ -240,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 1
-        server.model = args.model
+        server.model, server.tracing = args.model, tracing
         server.prompt_token_delay, server.token_delay = args.prompt_token_delay, args.token_delay
         log(f"serving {args.model} on http://{args.host}:{server.server_address[1]}")
         server.serve_forever()
@@ -249,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.server_close()
+        tracing.shutdown()  # exports the spans still queued
     log("shutting down")
     return 0
 

@@ -10,6 +10,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,16 @@ def free_port() -> int:
 class ServerProcess:
     """The server as a subprocess; threads drain its output so the pipes never fill up."""
 
-    def __init__(self, *extra: str) -> None:
+    def __init__(
+        self, *extra: str, launcher: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+    ) -> None:
+        """``launcher`` replaces ``python openai_server.py`` (another interpreter, a wrapper); ``env`` the environ."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, str(SERVER), "--host", "127.0.0.1", "--port", str(self.port), "--model", MODEL]
+        command = [*(launcher or [sys.executable, str(SERVER)])]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), "--model", MODEL, *extra]
         self.proc = subprocess.Popen(
-            [*command, *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.stdout: list[str] = []
         self.stderr: list[str] = []

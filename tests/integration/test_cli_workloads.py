@@ -311,7 +311,9 @@ def test_logs_follow_ends_after_stop(sparkrun):
     stopped = sparkrun("stop", "example-chat")
     assert stopped.returncode == 0, stopped.stderr
     assert follower.finish(timeout=30) == 0
-    assert follower.stdout[0].startswith("loading model tiny-echo")
+    # A sparkrun that passes TRACEPARENT gets the workload's "trace parent: ..." line first.
+    workload_lines = [line for line in follower.stdout if not line.startswith("trace parent: ")]
+    assert workload_lines[0].startswith("loading model tiny-echo")
 
 
 # -- regressions: bugs found while writing these tests -------------------------------

@@ -7,7 +7,9 @@ Split from the HTTP server so each rule is short enough to read in one sitting:
 - ``tools``: how a request that offers tools becomes OpenAI ``tool_calls``, and how tool results become
   a final answer;
 - ``chat``: parsing and validating a chat completion request, and turning the reply into the token-sized
-  deltas that both the streamed and the plain response are built from.
+  deltas that both the streamed and the plain response are built from;
+- ``tracing``: joining the launching operation's trace (``TRACEPARENT``), with one span per request when
+  an OTLP endpoint is configured; the OpenTelemetry SDK is imported only then.
 
-Standard library only, like the server.
+Standard library only, like the server (``tracing`` imports the SDK lazily, when it exports).
 """
