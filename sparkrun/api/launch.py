@@ -2,7 +2,9 @@
 
 The returned :class:`RunResult` (or the raised exception) is the
 authoritative outcome; the events reported on the way are for people and
-dashboards, never for deciding success.
+dashboards, never for deciding success. One module of this size because the
+phases share one plan (recipe, hosts, port, per-host activities) and read
+top to bottom as the launch happens.
 """
 
 from __future__ import annotations

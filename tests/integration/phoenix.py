@@ -151,18 +151,21 @@ class PhoenixServer:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
 
-    def spans(self, trace_id: str | int, *, min_count: int = 1, timeout: float = 15.0) -> list[dict]:
+    def spans(
+        self, trace_id: str | int, *, min_count: int = 1, timeout: float = 15.0, named: str | None = None
+    ) -> list[dict]:
         """Spans of one trace in the ``default`` project, as the REST API returns them.
 
         Ingestion is asynchronous (an export returns before the spans are stored), so this polls until
-        at least ``min_count`` spans are visible and raises AssertionError if they are not within ``timeout``.
-        ``trace_id`` is an OpenTelemetry int or 32 hex digits.
+        at least ``min_count`` spans (of those ``named`` so, if given: several processes may export to one
+        trace, each in its own time) are visible and raises AssertionError if they are not within
+        ``timeout``. ``trace_id`` is an OpenTelemetry int or 32 hex digits.
         """
         trace_hex = f"{trace_id:032x}" if isinstance(trace_id, int) else trace_id.lower()
         deadline = time.monotonic() + timeout
         while True:
             found = self._spans_once(trace_hex)
-            if len(found) >= min_count:
+            if len([span for span in found if named in (None, span["name"])]) >= min_count:
                 return found
             if time.monotonic() > deadline:
                 names = sorted(span["name"] for span in found)

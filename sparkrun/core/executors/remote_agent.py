@@ -18,10 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-import platform
 import select
-import shutil
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -87,6 +84,8 @@ def _identity(data: Any) -> ProcessIdentity:
 
 
 def _check_port(address: str, port: int) -> None:
+    import socket  # imports only where needed: every import costs each call on the host
+
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         try:
@@ -99,6 +98,8 @@ def _check_port(address: str, port: int) -> None:
 
 
 def _probe(request: dict[str, Any], channel: _Channel) -> dict[str, Any]:
+    import platform
+
     if request.get("port"):
         _check_port(request["address"], int(request["port"]))
     return {"python": platform.python_version(), "boot_id": boot_id(), "hosted": str(_hosted())}
@@ -106,6 +107,8 @@ def _probe(request: dict[str, Any], channel: _Channel) -> dict[str, Any]:
 
 def _launch(request: dict[str, Any], channel: _Channel) -> dict[str, Any]:
     """Start the workload detached, report its identity, then wait until it is ready (or say why not)."""
+    import shutil
+
     argv: list[str] = request["argv"]
     if shutil.which(argv[0]) is None:
         raise AgentError(f"command not found on this host (command={argv[0]!r})", "command_not_found")

@@ -56,7 +56,7 @@ sys.modules[name].main(stdin, sys.stdout.buffer)
 _NO_PYTHON = "sparkrun: python3 is not installed on this host"
 REMOTE_COMMAND = (
     f"command -v python3 >/dev/null 2>&1 || {{ echo '{_NO_PYTHON}' >&2; exit 127; }}; "
-    f"exec python3 -c {shlex.quote(_BOOTSTRAP)}"
+    f"exec python3 -I -S -c {shlex.quote(_BOOTSTRAP)}"  # isolated, no site: the standard library is all it uses
 )
 # A unix socket path holds at most 107 bytes, and ssh binds a temporary name 17 bytes longer first.
 _SOCKET_PATH_LIMIT = 90
