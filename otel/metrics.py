@@ -17,6 +17,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observa
 
 from otel.activity_tracker import Activity, ActivitySink
 from otel.benchmark_metrics import BenchmarkMetrics
+from otel.transfer_metrics import TransferMetrics
 from sparkrun.core.events import FeedbackEvent
 
 __all__ = ["DURATION_BUCKETS", "MetricsSink", "SparkrunMetrics"]
@@ -69,6 +70,8 @@ class SparkrunMetrics:
         )
         #: Benchmark figures, outcomes and attempt durations, from ``benchmark`` events.
         self.benchmarks = BenchmarkMetrics(meter)
+        #: Reused bytes, outcomes and throughput, from the final ``verifying`` report of each transfer.
+        self.transfers = TransferMetrics(meter)
 
     def count_event(self, source: str, level: str, host: str | None = None, transferred: int | float = 0) -> None:
         """Count one report, and the bytes it says were ``transferred`` since the last one (one lock per report)."""
@@ -117,6 +120,9 @@ class MetricsSink(ActivitySink):
 
     def counted(self, activity: Activity, event: FeedbackEvent, transferred: int | float) -> None:
         self._metrics.count_event(activity.source, event["level"], activity.host, transferred)
+        self._metrics.transfers.report(
+            activity.source, activity.host, event.get("stage"), event.get("status"), event.get("metrics")
+        )
 
     def ended(self, activity: Activity, end_time: float, *, unfinished: bool) -> None:
         status = "unfinished" if unfinished else activity.status or "unknown"

@@ -93,6 +93,53 @@ def _relay(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
 register_operation(DaemonOperation("relay", _relay, {}, "Relay to two hosts, one failing (for dashboards)."))
 
 
+#: (source, host, outcome, wire bytes, reused bytes, bytes per second, reused-items metric) of ``image_relay``.
+IMAGE_RELAY_TRANSFERS = (
+    ("oci-relay", "spark-1", "succeeded", 3_145_728, 5_242_880, 2_097_152.0, ("reused_layers", 4)),
+    ("oci-relay", "spark-2", "failed", 1_048_576, 2_097_152, 524_288.0, ("reused_layers", 1)),
+    ("model-copy", "spark-1", "succeeded", 2_097_152, 1_048_576, 1_048_576.0, ("reused_files", 3)),
+)
+
+
+def _image_relay(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
+    """An image relay to two hosts (one fails verification) and a model copy, shaped as the real ones report."""
+    for source, host, outcome, wire, reused, rate, (reused_name, reused_count) in IMAGE_RELAY_TRANSFERS:
+        receiver = get_feedback(source, sctx=sctx).child(host=host)
+        receiver.progress("checking the receiver", stage="checking", status="running", log_message=False)
+        receiver.progress("discovering what it has", stage="discovering", log_message=False)
+        for sent in (wire // 2, wire):
+            receiver.progress(
+                "transferring",
+                stage="transferring",
+                current=sent,
+                total=wire + reused,
+                total_kind="upper_bound",
+                unit="bytes",
+                metrics={"bytes_per_second": rate, reused_name: reused_count},
+                log_message=False,
+            )
+        receiver.progress("importing", stage="importing", log_message=False)
+        final = {
+            "wire_bytes": wire,
+            "reused_bytes": reused,
+            reused_name: reused_count,
+            "bytes_per_second": rate,
+            "duration_seconds": wire / rate,
+        }
+        if outcome == "failed":
+            receiver.error(
+                "digest mismatch", stage="verifying", status="failed", metrics={**final, "error_type": "DigestError"}
+            )
+        else:
+            receiver.progress("verified", stage="verifying", status="succeeded", metrics=final, log_message=False)
+    return {"transfers": len(IMAGE_RELAY_TRANSFERS)}
+
+
+register_operation(
+    DaemonOperation("image_relay", _image_relay, {}, "Relay an image and copy a model, as the real ones report.")
+)
+
+
 # -- hostile jobs for the hardening tests ----------------------------------------------------
 
 

@@ -1,10 +1,11 @@
 """Every PromQL expression of the Grafana dashboards, evaluated by a real Prometheus.
 
 A real ``sparkrun daemon serve`` runs the test operations (a relay to two hosts with
-a failing one, a burst of progress, a failing job, the example recipe's run and a
-stop), then Debian's ``prometheus`` scrapes its ``GET /metrics`` with the daemon's
-bearer token every second. A second round of jobs runs once Prometheus has scraped
-the first, so rates and quantiles see counters move. Then every panel expression
+a failing one, an image relay and a model copy ending in verified reports, a burst
+of progress, a failing job, the example recipe's run and a stop), then Debian's
+``prometheus`` scrapes its ``GET /metrics`` with the daemon's bearer token every
+second. A second round of jobs runs once Prometheus has scraped the first, so
+rates and quantiles see counters move. Then every panel expression
 and every variable query of every dashboard in grafana/dashboards/ must succeed and
 return series with a value: a typo in a metric or label name, a label the daemon
 doesn't expose, or a filter that drops everything fails here, naming the panel.
@@ -42,6 +43,7 @@ SCRAPE_JOB = "sparkrun-daemon"
 #: Jobs before Prometheus starts (every kind of series exists at its first scrape)...
 FIRST_ROUND = [
     ("relay", {}, "succeeded"),
+    ("image_relay", {}, "succeeded"),
     ("burst", {"count": 200}, "succeeded"),
     ("fail", {}, "failed"),
     ("run", {"recipe": str(EXAMPLE_RECIPE)}, "succeeded"),
@@ -50,6 +52,7 @@ FIRST_ROUND = [
 #: ...and after its first scrapes, so that rate(), increase() and the quantiles see counters move.
 SECOND_ROUND = [
     ("relay", {}, "succeeded"),
+    ("image_relay", {}, "succeeded"),
     ("burst", {"count": 200}, "succeeded"),
     ("fail", {}, "failed"),
 ]
@@ -66,7 +69,15 @@ BUILTIN_VALUES = {
 }
 #: Label values the jobs above must make the label_values() variables offer.
 EXPECTED_VARIABLE_VALUES = {
-    "source": {"test.relay", "test.burst", "sparkrun.launch", "sparkrun.stop", "benchmark.llama-benchy"},
+    "source": {
+        "test.relay",
+        "test.burst",
+        "oci-relay",
+        "model-copy",
+        "sparkrun.launch",
+        "sparkrun.stop",
+        "benchmark.llama-benchy",
+    },
     "host": {"spark-1", "spark-2"},
     "framework": {"llama-benchy", "tool-eval-bench"},
 }
@@ -387,3 +398,63 @@ def test_every_variable_query_offers_values(prometheus, evaluated_at, name, quer
     assert values, f"{where}: {query} offers no values"
     missing = EXPECTED_VARIABLE_VALUES.get(name, set()) - values
     assert not missing, f"{where}: {query} offers {sorted(values)}, not {sorted(missing)}"
+
+
+#: What one ``image_relay`` job reports (tests/integration/daemon_plugins.py), by (source, host):
+#: (outcome, reused bytes, bytes per second).
+IMAGE_RELAY = {
+    ("oci-relay", "spark-1"): ("succeeded", 5_242_880, 2_097_152.0),
+    ("oci-relay", "spark-2"): ("failed", 2_097_152, 524_288.0),
+    ("model-copy", "spark-1"): ("succeeded", 1_048_576, 1_048_576.0),
+}
+IMAGE_RELAY_JOBS = sum(operation == "image_relay" for operation, _, _ in FIRST_ROUND + SECOND_ROUND)
+
+
+def _panel_query(title: str) -> str:
+    """The expression of the panel titled ``title``, expanded as Grafana would with every value selected."""
+    for path in DASHBOARD_FILES:
+        dashboard = json.loads(path.read_text(encoding="utf-8"))
+        variables = dashboard.get("templating", {}).get("list", [])
+        for panel in _panels(dashboard.get("panels", [])):
+            if panel.get("title") == title:
+                (target,) = panel["targets"]
+                return substitute(f"panel {title!r}", target["expr"], variables)
+    raise AssertionError(f"no panel titled {title!r} in {[path.name for path in DASHBOARD_FILES]}")
+
+
+def _series(prometheus: PrometheusServer, query: str, at: float, *labels: str) -> dict[tuple[str, ...], float]:
+    body = prometheus.query(query, at)
+    assert body.get("status") == "success", f"Prometheus rejected {query}: {body.get('error')}"
+    return {
+        tuple(series["metric"].get(label, "") for label in labels): float(series["value"][1])
+        for series in body["data"]["result"]
+    }
+
+
+def test_relay_throughput_panel_shows_the_last_succeeded_transfer_of_each_host(prometheus, evaluated_at):
+    query = _panel_query("Relay throughput per host (last verified transfer)")
+    found = _series(prometheus, query, evaluated_at, "sparkrun_source", "host_name")
+    expected = {key: rate for key, (outcome, _, rate) in IMAGE_RELAY.items() if outcome == "succeeded"}
+    assert found == expected, query  # the failed host has no throughput
+
+
+def test_reused_bytes_panel_shows_each_host_and_the_counter_holds_every_job(prometheus, evaluated_at):
+    query = _panel_query("Reused bytes by host")
+    found = _series(prometheus, query, evaluated_at, "sparkrun_source", "host_name")
+    assert set(found) == set(IMAGE_RELAY), query
+    for key, (_, reused, _) in IMAGE_RELAY.items():
+        # the second round's job, at least, moved the counter within the range (extrapolation only adds)
+        assert reused <= found[key] < 2 * reused, (key, found[key], query)
+    totals = _series(prometheus, "sparkrun_transfer_reused_bytes_total", evaluated_at, "sparkrun_source", "host_name")
+    assert totals == {key: IMAGE_RELAY_JOBS * reused for key, (_, reused, _) in IMAGE_RELAY.items()}
+
+
+def test_verified_transfers_panel_shows_each_host_by_outcome(prometheus, evaluated_at):
+    query = _panel_query("Verified transfers by outcome")
+    labels = ("sparkrun_source", "host_name", "sparkrun_outcome")
+    found = _series(prometheus, query, evaluated_at, *labels)
+    expected = {(*key, outcome) for key, (outcome, _, _) in IMAGE_RELAY.items()}
+    assert set(found) == expected, query
+    assert all(1 <= value < 2 for value in found.values()), (found, query)
+    totals = _series(prometheus, "sparkrun_transfer_verified_total", evaluated_at, *labels)
+    assert totals == dict.fromkeys(expected, float(IMAGE_RELAY_JOBS))
