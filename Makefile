@@ -12,7 +12,7 @@ PHOENIX_VENV ?= .venv-phoenix
 # that cache instead of installing on first use.
 BENCH_ENVS ?= .bench-envs
 
-.PHONY: demo test lint bench bench-env clean phoenix prometheus sshd
+.PHONY: demo test lint bench bench-env clean phoenix prometheus sshd oci-tools
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ sshd:
 	@test -x /usr/sbin/sshd || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; }
 
+# Debian's umoci and skopeo build and read the real OCI image layouts of the image relay's tests
+# (tests/integration/oci_images.py); rsync is one of the relay's transports.
+oci-tools:
+	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v rsync >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    umoci skopeo rsync >/dev/null; }
+
 # The main job: launch the example chat server from its recipe, show it, show the
 # operation's trace, ask it something, and stop it (state kept in .state/demo).
 demo: $(VENV)/.installed
@@ -58,7 +65,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 # --durations: the slowest tests are listed after every run, so a test that grows slow shows up.
-test: lint $(PHOENIX_VENV)/.installed bench-env prometheus sshd
+test: lint $(PHOENIX_VENV)/.installed bench-env prometheus sshd oci-tools
 	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python SPARKRUN_BENCHMARK_ENVS=$(abspath $(BENCH_ENVS)) \
 	  $(PY) -m pytest --durations=15
 
