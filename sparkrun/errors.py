@@ -13,6 +13,7 @@ __all__ = [
     "ConfigError",
     "DaemonError",
     "DeploymentError",
+    "DistributionError",
     "HostError",
     "LaunchError",
     "OperationCancelled",
@@ -45,6 +46,18 @@ class LaunchError(SparkrunError):
 
 class DeploymentError(SparkrunError):
     """A deployment is unknown, already running, or cannot be stopped."""
+
+
+class DistributionError(SparkrunError):
+    """An image or model could not be distributed: no provider, a bad source, or hosts that failed.
+
+    ``result`` (a :class:`~sparkrun.core.distribution.DistributionResult`,
+    when the provider ran) says what each host ended with.
+    """
+
+    def __init__(self, message: str, result: object | None = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class HostError(SparkrunError):

@@ -15,6 +15,7 @@ from sparkrun.api.benchmark import (
     benchmark_state,
 )
 from sparkrun.api.coldsnap import ColdSnapOptions, ColdSnapResult, coldsnap
+from sparkrun.api.distribute import distribute, distribution_list
 from sparkrun.api.launch import PartialLaunchError, RunOptions, RunResult, run
 from sparkrun.api.manage import DeploymentStatus, StopResult, logs, status, stop
 
@@ -34,6 +35,8 @@ __all__ = [
     "benchmark_setup",
     "benchmark_state",
     "coldsnap",
+    "distribute",
+    "distribution_list",
     "logs",
     "run",
     "status",

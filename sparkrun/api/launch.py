@@ -16,14 +16,21 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from sparkrun.api.distribute import serve_request
 from sparkrun.api.manage import DeploymentStatus
 from sparkrun.application import initialize
-from sparkrun.config import default_config_path
+from sparkrun.config import Config, default_config_path
 from sparkrun.core.context import SparkrunContext
 from sparkrun.core.deployments import Deployment, DeploymentStore, Placement
-from sparkrun.core.distribution import DistributionRequest, provider_for
+from sparkrun.core.distribution import (
+    DistributionRequest,
+    ImageCopyRequest,
+    ImagePullRequest,
+    ModelCopyRequest,
+    provider_for,
+)
 from sparkrun.core.executors import Executor, Executors, LaunchSpec
 from sparkrun.core.executors.process import ProcessExecutor
 from sparkrun.core.launch_progress import LaunchPhaseTracker
@@ -201,33 +208,42 @@ def _check_overrides(recipe: Recipe, overrides: Mapping[str, Any]) -> None:
             )
 
 
-def _distribute(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter, state_dir: Path) -> None:
-    kinds: tuple[tuple[Literal["image", "model"], str | None], ...] = (
-        ("image", plan.recipe.image),
-        ("model", plan.recipe.model),
-    )
-    wanted = [(kind, ref) for kind, ref in kinds if ref]
-    if not wanted:
-        tracker.skip("distribute", "the recipe names no image or model")
+def _requests(plan: _Plan, feedback: FeedbackReporter, config: Config) -> tuple[list[DistributionRequest], list[str]]:
+    """The recipe's ``image:`` and ``model:`` as requests (paths relative to the recipe), and what needs none."""
+    recipe = plan.recipe
+    requests: list[DistributionRequest] = []
+    notes: list[str] = []
+    child = feedback.child(source=f"{_SOURCE}.distribute")
+    if recipe.image:
+        if recipe.image.startswith("oci:"):
+            path = recipe.path.parent / Path(recipe.image[4:]).expanduser()
+            requests.append(ImageCopyRequest(f"oci:{path}", plan.names, child, config))
+        else:
+            requests.append(ImagePullRequest(recipe.image, plan.names, child, config))
+    if recipe.model:
+        model = recipe.path.parent / Path(recipe.model).expanduser()
+        if model.is_dir():
+            requests.append(ModelCopyRequest(str(model), plan.names, child, config))
+        else:
+            notes.append(f"model {recipe.model} is not a directory (the workload resolves it)")
+    return requests, notes
+
+
+def _distribute(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter, config: Config) -> None:
+    requests, notes = _requests(plan, feedback, config)
+    routed = [(request, provider_for(request)) for request in requests]
+    notes += [f"no distribution provider for {r.kind} {r.source}" for r, provider in routed if provider is None]
+    routed = [(request, provider) for request, provider in routed if provider is not None]
+    if not routed:
+        tracker.skip("distribute", "; ".join(notes) or "the recipe names no image or model")
         return
-    routed = []
-    for kind, reference in wanted:
-        request = DistributionRequest(
-            kind, reference, plan.names, state_dir, feedback.child(source=f"{_SOURCE}.{kind}")
-        )
-        routed.append((request, provider_for(request)))
-    if all(provider is None for _, provider in routed):
-        names = ", ".join(f"{request.kind} {request.reference}" for request, _ in routed)
-        tracker.skip("distribute", f"no distribution provider registered for {names}")
-        return
+    total, index = sum(len(request.hosts) for request, _ in routed), 0
     with tracker.phase("distribute"):
-        for index, (request, provider) in enumerate(routed, start=1):
-            label = f"{request.kind} {request.reference}"
-            if provider is None:
-                tracker.step("distribute", index, len(routed), f"{label}: no provider, left as is")
-                continue
-            tracker.step("distribute", index, len(routed), f"{label} via {provider.name}")
-            provider.distribute(request)
+        for request, _provider in routed:
+            result = serve_request(request)  # raises, naming the hosts that failed
+            for host, outcome in result.hosts.items():
+                index += 1
+                tracker.step("distribute", index, total, f"{request.kind} on {host}: {outcome.outcome}")
 
 
 def _start(plan: _Plan, tracker: LaunchPhaseTracker, feedback: FeedbackReporter, store: DeploymentStore) -> Deployment:
@@ -328,7 +344,7 @@ def _launch(options: RunOptions, sctx: SparkrunContext, operation: Operation) ->
         with tracker.phase("prepare"):
             plan = _prepare(options, sctx, store, feedback)
         tracker.skip("build", "the process runtime has nothing to build")
-        _distribute(plan, tracker, feedback, sctx.config.state_dir)
+        _distribute(plan, tracker, feedback, sctx.config)
         tracker.skip("tuning", "the process runtime has no tuning step")
         deployment = _start(plan, tracker, feedback, store)
         with tracker.phase("post_launch"):

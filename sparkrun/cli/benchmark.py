@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from sparkrun.cli.options import Group, Interrupted, UserError, events_jsonl_option, state_dir_option
+from sparkrun.cli.options import (
+    Group,
+    Interrupted,
+    UserError,
+    events_jsonl_option,
+    json_events_option,
+    state_dir_option,
+)
 from sparkrun.cli.session import operation_session
 
 __all__ = ["benchmark"]
@@ -40,8 +47,8 @@ def _figure_text(value: Any) -> str:
 
 def results_table(tasks: list[dict[str, Any]]) -> str:
     """Per task: label, outcome, attempts, duration and the framework's headline figures."""
+    from otel.span_tree import format_duration
     from sparkrun.cli.tables import render_table
-    from sparkrun.cli.waterfall import format_duration
 
     names: list[str] = []
     for task in tasks:
@@ -97,7 +104,7 @@ def _finish(result: Any, as_json: bool) -> None:
     help="Seconds before an attempt is stopped as failed.",
 )
 @click.option("--exit-on-first-failure", is_flag=True, help="Stop the run at its first failed task.")
-@click.option("--json", "as_json", is_flag=True, help="Print events, then the result, as JSON lines.")
+@json_events_option
 @events_jsonl_option
 @state_dir_option
 @click.pass_context
@@ -140,7 +147,7 @@ def run(
 
 @benchmark.command()
 @click.argument("benchmark_id")
-@click.option("--json", "as_json", is_flag=True, help="Print events, then the result, as JSON lines.")
+@json_events_option
 @events_jsonl_option
 @state_dir_option
 @click.pass_context

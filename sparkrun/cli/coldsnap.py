@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from sparkrun.cli.options import Group, Interrupted, events_jsonl_option, state_dir_option
+from sparkrun.cli.options import Group, Interrupted, operation_options
 from sparkrun.cli.session import operation_session
 
 __all__ = ["coldsnap"]
@@ -48,9 +48,7 @@ def _command(name: str) -> click.Command:
     @click.argument("target")
     @click.option("--controller", metavar="CMD", help="Controller command line (overrides the recipe and config).")
     @click.option("--snapshot-driver", metavar="ID", help="Snapshot driver id, such as n580 (overrides the recipe).")
-    @click.option("--json", "as_json", is_flag=True, help="Print events, then the result, as JSON lines.")
-    @events_jsonl_option
-    @state_dir_option
+    @operation_options
     @click.pass_context
     def command(
         ctx: click.Context,

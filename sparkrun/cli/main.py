@@ -29,12 +29,13 @@ def _register_subcommands() -> None:
     from sparkrun.cli.benchmark import benchmark
     from sparkrun.cli.coldsnap import coldsnap
     from sparkrun.cli.daemon import daemon
+    from sparkrun.cli.distribute import distribute
     from sparkrun.cli.doctor import doctor
     from sparkrun.cli.schema import schema
     from sparkrun.cli.trace import trace
     from sparkrun.cli.workloads import logs, run, status, stop
 
-    for command in (run, stop, status, logs, benchmark, coldsnap, doctor, trace, daemon, schema):
+    for command in (run, stop, status, logs, distribute, benchmark, coldsnap, doctor, trace, daemon, schema):
         cli.add_command(command)
 
 

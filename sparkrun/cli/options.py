@@ -33,6 +33,8 @@ __all__ = [
     "Interrupted",
     "UserError",
     "events_jsonl_option",
+    "json_events_option",
+    "operation_options",
     "resolved_state_dir",
     "state_dir_option",
 ]
@@ -223,6 +225,13 @@ def resolved_state_dir(state_dir: Path | None) -> Path:
     return load_config(state_dir=state_dir).state_dir
 
 
+def json_events_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``: the operation's events, then its result, as JSON lines on stdout."""
+    return click.option("--json", "as_json", is_flag=True, help="Print events, then the result, as JSON lines.")(
+        command
+    )
+
+
 def events_jsonl_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--events-jsonl PATH``: record the operation's native events (for replay or audit)."""
     return click.option(
@@ -230,3 +239,8 @@ def events_jsonl_option(command: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Path(dir_okay=False, path_type=Path),
         help="Append every native event of the operation to this JSON-lines file.",
     )(command)
+
+
+def operation_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``, ``--events-jsonl`` and ``--state-dir``: what every command that runs an operation takes."""
+    return json_events_option(events_jsonl_option(state_dir_option(command)))

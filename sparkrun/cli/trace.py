@@ -37,8 +37,8 @@ def trace() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the traces as JSON.")
 def list_traces(state_dir: Path | None, limit: int, as_json: bool) -> None:
     """Recent operations in the local trace store, newest first (by start time)."""
+    from otel.span_tree import format_duration
     from sparkrun.cli.tables import render_table
-    from sparkrun.cli.waterfall import format_duration
 
     store = _store(state_dir)
     summaries = store.summaries(limit)
@@ -69,8 +69,9 @@ def list_traces(state_dir: Path | None, limit: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the span tree as JSON.")
 def show(operation_id: str, state_dir: Path | None, as_json: bool) -> None:
     """Show the span tree of OPERATION_ID (or `latest`) as a waterfall."""
+    from otel.span_tree import span_tree
     from sparkrun.cli.tables import terminal_width
-    from sparkrun.cli.waterfall import render_waterfall, span_tree
+    from sparkrun.cli.waterfall import render_waterfall
 
     store = _store(state_dir)
     if operation_id == "latest":

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import click
 
-from sparkrun.cli.options import CliState, Command, Interrupted, UserError, events_jsonl_option, state_dir_option
+from sparkrun.cli.options import (
+    CliState,
+    Command,
+    Interrupted,
+    UserError,
+    events_jsonl_option,
+    json_events_option,
+    state_dir_option,
+)
 from sparkrun.cli.session import operation_session
 
 __all__ = ["logs", "parse_sets", "run", "status", "stop"]
@@ -31,7 +39,7 @@ def parse_sets(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--port", type=click.IntRange(1, 65535), help="Port for the workload (default: the recipe's, else free).")
 @click.option("--name", help="Deployment name (default: the recipe's name).")
 @click.option("--foreground", is_flag=True, help="Follow the workload's log after launch; Ctrl+C detaches.")
-@click.option("--json", "as_json", is_flag=True, help="Print events, then the result, as JSON lines.")
+@json_events_option
 @events_jsonl_option
 @state_dir_option
 @click.pass_context

@@ -162,6 +162,18 @@ def _logs(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) 
     return list(api.logs(arguments["name"], tail=arguments.get("tail"), host=arguments.get("host"), sctx=sctx))
 
 
+def _distribute(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
+    from sparkrun import api
+
+    hosts = arguments["hosts"]
+    if not all(isinstance(host, str) for host in hosts):
+        raise ValueError(f"hosts is {str(hosts)[:200]}; it must be a list of host names")
+    result = api.distribute(
+        arguments["kind"], arguments["source"], hosts, force=bool(arguments.get("force")), sctx=sctx
+    )
+    return _plain(result)
+
+
 def _coldsnap(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prompter) -> Any:
     from sparkrun import api
 
@@ -239,6 +251,17 @@ def _register_builtins() -> None:
             "stop", _stop, {"name": Param(str, check=check_name), "all": Param(bool)}, "Stop a deployment."
         ),
         DaemonOperation("status", _status, {}, "List deployments."),
+        DaemonOperation(
+            "distribute",
+            _distribute,
+            {
+                "kind": Param(str, True, check=_one_of("image", "model")),
+                "source": Param(str, True),
+                "hosts": Param(list, True),
+                "force": Param(bool),
+            },
+            "Copy an image (oci:PATH[:TAG]) or a model directory to hosts, verified on each.",
+        ),
         DaemonOperation(
             "benchmark",
             _benchmark,

@@ -166,7 +166,7 @@ def test_run_status_chat_logs_stop(sparkrun):
     for phase in range(1, 7):
         assert re.search(rf"^\[{phase}/6\] ", stdout, re.M), stdout
     assert "[2/6] Build: skipped (the process runtime has nothing to build)" in stdout.splitlines()
-    assert "[3/6] Distribute: skipped (no distribution provider registered for model tiny-echo)" in stdout
+    assert "[3/6] Distribute: skipped (model tiny-echo is not a directory (the workload resolves it))" in stdout
     running = RUNNING.search(stdout)
     assert running is not None, stdout
     name, url, pid = running.group(1), running.group(2), int(running.group(3))

@@ -17,8 +17,14 @@ import pytest
 from sparkrun import api
 from sparkrun.application import initialize
 from sparkrun.core.deployments import DeploymentStore
-from sparkrun.core.distribution import register_provider, unregister_provider
-from sparkrun.errors import DeploymentError, HostError, LaunchError, RecipeError
+from sparkrun.core.distribution import (
+    DistributionResult,
+    HostOutcome,
+    ImagePullRequest,
+    register_provider,
+    unregister_provider,
+)
+from sparkrun.errors import DeploymentError, DistributionError, HostError, LaunchError, RecipeError
 from sparkrun.schemas import load_schema
 from tests.conftest import drain
 from tests.integration.daemon_harness import process_alive, wait_for
@@ -253,7 +259,7 @@ def test_a_remote_host_that_does_not_resolve_is_named_with_the_cause(recipes, co
     assert api.status(sctx=context) == []
 
 
-def test_distribution_providers_get_a_bound_reporter(recipes, context):
+def test_distribution_providers_get_a_typed_request_with_a_bound_reporter(recipes, context):
     class Mirror:
         name = "mirror"
 
@@ -261,11 +267,14 @@ def test_distribution_providers_get_a_bound_reporter(recipes, context):
             self.requests = []
 
         def accepts(self, request):
-            return request.kind == "model"
+            return isinstance(request, ImagePullRequest)
 
         def distribute(self, request):
             self.requests.append(request)
             request.feedback.progress("copying", current=5, total=10, total_kind="upper_bound", unit="bytes")
+            return DistributionResult(
+                self.name, request.kind, request.source, {h: HostOutcome(h, "succeeded") for h in request.hosts}
+            )
 
     name = _recipe(recipes, "dist", CHAT.format(name="dist") + "model: tiny-echo\nimage: registry.local/chat:1\n")
     mirror = Mirror()
@@ -275,12 +284,36 @@ def test_distribution_providers_get_a_bound_reporter(recipes, context):
     finally:
         unregister_provider(mirror)
     (request,) = mirror.requests
-    assert request.reference == "tiny-echo" and request.feedback.operation_id == result.operation_id
+    assert request.source == "registry.local/chat:1" and request.hosts == ("localhost",) and not request.force
+    assert request.feedback.operation_id == result.operation_id
     events = drain(context.queue)
     distribute = [e for e in events if e["type"] == "progress" and e["slug"] == "distribute"]
     assert [e["status"] for e in distribute][-1] == "succeeded"
-    assert any("image registry.local/chat:1: no provider" in e["message"] for e in distribute)
+    assert [e["step"]["label"] for e in distribute if "step" in e] == ["image-pull on localhost: succeeded"]
     assert any(e["type"] == "feedback" and e["message"] == "copying" for e in events)
+
+
+def test_a_provider_that_fails_a_host_fails_the_launch_before_anything_starts(recipes, context):
+    class Broken:
+        name = "broken"
+
+        def accepts(self, request):
+            return isinstance(request, ImagePullRequest)
+
+        def distribute(self, request):
+            return DistributionResult(
+                self.name, request.kind, request.source, {"localhost": HostOutcome("localhost", "failed", "disk full")}
+            )
+
+    name = _recipe(recipes, "broken", CHAT.format(name="broken") + "image: registry.local/chat:1\n")
+    broken = Broken()
+    register_provider(broken)
+    try:
+        with pytest.raises(DistributionError, match=r"failed on 1 host\(s\): localhost: disk full"):
+            api.run(api.RunOptions(recipe=name), sctx=context)
+    finally:
+        unregister_provider(broken)
+    assert api.status(sctx=context) == []
 
 
 def test_builtin_placeholders_cannot_be_overridden(recipes, context):

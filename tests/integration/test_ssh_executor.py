@@ -129,7 +129,7 @@ def test_the_chat_recipe_on_two_hosts_answers_reports_per_host_and_stops(recipe,
         # each workload runs as its host's user, its record and log in that user's home
         assert _owner(pid1) == spark1.user and _owner(pid2) == spark2.user
         for host in (spark1, spark2):
-            assert sorted(p.name for p in _hosted(host).iterdir()) == ["duo.json", "duo.log"]
+            assert sorted(p.name for p in _hosted(host).glob("duo.*")) == ["duo.json", "duo.log"]
 
         status = cli("status", "--json")
         assert status.returncode == 0, status.stderr
@@ -166,7 +166,7 @@ def test_the_chat_recipe_on_two_hosts_answers_reports_per_host_and_stops(recipe,
     assert cli("status", "--json").stdout.strip() == "[]"
     for host, pid in ((spark1, pid1), (spark2, pid2)):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
-        assert sorted(p.name for p in _hosted(host).iterdir()) == ["duo.log"]  # the log stays, like a local one
+        assert sorted(p.name for p in _hosted(host).glob("duo.*")) == ["duo.log"]  # the log stays, like a local one
 
 
 def test_the_workload_gets_the_traceparent_of_its_host_activity(recipe, tmp_path, ssh_hosts):

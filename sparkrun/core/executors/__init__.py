@@ -16,12 +16,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from sparkrun.config import Config
 from sparkrun.core.deployments import Deployment, Placement
 from sparkrun.core.executors.inventory import HostEntry, check_host_name, read_inventory, read_ssh_options
 from sparkrun.core.recipes import Readiness
+
+if TYPE_CHECKING:
+    from sparkrun.core.executors.agent_transport import AgentTransport
 
 __all__ = ["Executor", "Executors", "LaunchSpec", "is_local_host", "state_of"]
 
@@ -110,6 +113,16 @@ class Executors:
                 entry = entry or self._inventory.get(host) or HostEntry(check_host_name(host))
                 self._cache[key] = SshExecutor(entry, self._state_dir, self._options)
         return self._cache[key]
+
+    def transport_for(self, host: str) -> AgentTransport:
+        """The agent of ``host``: over its SSH connection, or on this machine under the state directory."""
+        executor = self.for_host(host)
+        transport: AgentTransport | None = getattr(executor, "transport", None)
+        if transport is None:
+            from sparkrun.core.executors.agent_transport import LocalTransport
+
+            transport = LocalTransport(host, self._state_dir / "hosted")
+        return transport
 
     def fan_out(
         self, function: Callable[[_T], _R], items: Iterable[_T], *, cancel: threading.Event | None = None

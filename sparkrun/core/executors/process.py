@@ -6,6 +6,7 @@ signal the whole group), with stdout and stderr in its log file.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import shlex
 import shutil
@@ -121,7 +122,10 @@ class ProcessExecutor:
             )
         popen = _children.pop(placement.pid, None)
         if popen is not None:
-            popen.wait(timeout=5)  # reap our own child so no zombie lingers in its group
+            # Reap our own child so no zombie lingers in its group. Its leader can read as gone while other
+            # threads still finish (a span flush on SIGTERM): then it is reaped when this process exits.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=5)
         return outcome
 
     def logs(self, placement: Placement, *, tail: int | None, follow: bool) -> Iterator[str]:

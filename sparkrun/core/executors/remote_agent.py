@@ -28,7 +28,7 @@ from sparkrun.core import log_tail
 from sparkrun.core.processes import ProcessIdentity, boot_id, spawn_detached, terminate_group
 from sparkrun.core.readiness import NotReady, wait_ready
 
-__all__ = ["main"]
+__all__ = ["AgentError", "Channel", "hosted", "main", "register"]
 
 
 class AgentError(Exception):
@@ -43,7 +43,7 @@ class _CallerGone(Exception):
     pass
 
 
-class _Channel:
+class Channel:
     """Answers go to stdout as JSON lines; the end of stdin says the caller stopped listening."""
 
     def __init__(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
@@ -53,21 +53,30 @@ class _Channel:
         self._stdout.write(json.dumps(message).encode() + b"\n")
         self._stdout.flush()
 
+    def read(self, size: int) -> bytes:
+        """Up to ``size`` bytes of the data that follows the request (for actions that receive data)."""
+        return self._stdin.read(size)
+
+    def read_line(self, limit: int = 65536) -> bytes:
+        return self._stdin.readline(limit)
+
     def caller_gone(self) -> bool:
         ready, _, _ = select.select([self._stdin.fileno()], [], [], 0)
         return bool(ready) and os.read(self._stdin.fileno(), 4096) == b""
 
 
-def _hosted() -> Path:
+def hosted() -> Path:
+    """This host's sparkrun folder (``SPARKRUN_HOSTED_DIR`` when sparkrun runs the agent on its own machine)."""
+    explicit = os.environ.get("SPARKRUN_HOSTED_DIR")
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    directory = Path(base) / "sparkrun" / "hosted"
+    directory = Path(explicit) if explicit else Path(base) / "sparkrun" / "hosted"
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     return directory
 
 
 def _file(name: Any, suffix: str) -> Path:
     """A deployment's file; the name was checked by the caller, and its path is checked here again."""
-    directory = _hosted()
+    directory = hosted()
     if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
         raise AgentError(f"deployment name is {name!r}; it cannot be a path", "bad_request")
     path = directory / f"{name}{suffix}"
@@ -97,15 +106,15 @@ def _check_port(address: str, port: int) -> None:
             raise AgentError(reason, "port") from None
 
 
-def _probe(request: dict[str, Any], channel: _Channel) -> dict[str, Any]:
+def _probe(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
     import platform
 
     if request.get("port"):
         _check_port(request["address"], int(request["port"]))
-    return {"python": platform.python_version(), "boot_id": boot_id(), "hosted": str(_hosted())}
+    return {"python": platform.python_version(), "boot_id": boot_id(), "hosted": str(hosted())}
 
 
-def _launch(request: dict[str, Any], channel: _Channel) -> dict[str, Any]:
+def _launch(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
     """Start the workload detached, report its identity, then wait until it is ready (or say why not)."""
     import shutil
 
@@ -149,11 +158,11 @@ def _launch(request: dict[str, Any], channel: _Channel) -> dict[str, Any]:
     return {"ready": True}
 
 
-def _alive(request: dict[str, Any], channel: _Channel) -> list[bool]:
+def _alive(request: dict[str, Any], channel: Channel) -> list[bool]:
     return [_identity(data).matches() for data in request["identities"]]
 
 
-def _stop(request: dict[str, Any], channel: _Channel) -> str:
+def _stop(request: dict[str, Any], channel: Channel) -> str:
     outcome = terminate_group(_identity(request["identity"]), grace=float(request["grace"]))
     if outcome is None:
         raise AgentError("cannot signal the workload: it no longer leads its own process group", "not_leader")
@@ -161,7 +170,7 @@ def _stop(request: dict[str, Any], channel: _Channel) -> str:
     return outcome
 
 
-def _logs(request: dict[str, Any], channel: _Channel) -> None:
+def _logs(request: dict[str, Any], channel: Channel) -> None:
     path = _file(request["name"], ".log")
     if not path.is_file():
         raise AgentError(f"this host has no log of the deployment (path={path})", "no_log")
@@ -176,7 +185,8 @@ def _logs(request: dict[str, Any], channel: _Channel) -> None:
         channel.send(line=line)
 
 
-_ACTIONS: dict[str, Callable[[dict[str, Any], _Channel], Any]] = {
+Action = Callable[[dict[str, Any], Channel], Any]
+_ACTIONS: dict[str, Action] = {
     "probe": _probe,
     "launch": _launch,
     "alive": _alive,
@@ -185,9 +195,14 @@ _ACTIONS: dict[str, Callable[[dict[str, Any], _Channel], Any]] = {
 }
 
 
+def register(name: str, action: Action) -> None:
+    """Add an action; extension modules sent after this one (a plugin's receiver) call it when loaded."""
+    _ACTIONS[name] = action
+
+
 def main(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """Serve one request read from ``stdin``."""
-    channel = _Channel(stdin, stdout)
+    channel = Channel(stdin, stdout)
     try:
         request = json.loads(stdin.readline())
         action = _ACTIONS.get(str(request.get("action"))) if isinstance(request, dict) else None

@@ -1,1 +1,1 @@
-"""Relaying container images stored as OCI image layouts to hosts over SSH, sending only missing blobs."""
+"""The image relay: OCI image layouts to hosts' image stores, only missing blobs sent (source ``oci-relay``)."""

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkrun.core.executors.agent_transport import REMOTE_COMMAND, payload
 from sparkrun.core.executors.inventory import HostEntry, SshOptions
-from sparkrun.core.executors.ssh_transport import REMOTE_COMMAND, SshTransport, _payload
+from sparkrun.core.executors.ssh_transport import SshTransport
 
 
 def _agent(request: object, home, *, raw: bytes | None = None) -> list[dict]:
@@ -22,7 +23,7 @@ def _agent(request: object, home, *, raw: bytes | None = None) -> list[dict]:
     stdin stays open until the agent is done, as over ssh: its end would tell the agent the caller left.
     """
     env = {"PATH": os.environ["PATH"], "HOME": str(home)}
-    data = _payload() + (raw if raw is not None else json.dumps(request).encode() + b"\n")
+    data = payload() + (raw if raw is not None else json.dumps(request).encode() + b"\n")
     agent = subprocess.Popen(
         ["sh", "-c", REMOTE_COMMAND], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
@@ -138,7 +139,7 @@ def test_a_missing_command_and_a_missing_python3_are_named(tmp_path):
         ["/bin/sh", "-c", REMOTE_COMMAND], input=b"", capture_output=True, env={"PATH": str(empty)}, timeout=10
     )
     assert done.returncode == 127
-    error = SshTransport(HostEntry("spark-9"), tmp_path, SshOptions())._error(done.stderr.decode(), done.returncode)
+    error = SshTransport(HostEntry("spark-9"), tmp_path, SshOptions()).failure(done.stderr.decode(), done.returncode)
     assert error.kind == "python_missing"
     assert str(error) == (
         "spark-9: python3 is not installed on the host; "
@@ -150,7 +151,7 @@ def test_the_agent_stops_listening_when_the_caller_goes_away(tmp_path):
     launch = _launch("slow", [sys.executable, "-c", "import time; time.sleep(60)"], _free_port(), timeout=60)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     agent = subprocess.Popen(["sh", "-c", REMOTE_COMMAND], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-    agent.stdin.write(_payload() + json.dumps(launch).encode() + b"\n")
+    agent.stdin.write(payload() + json.dumps(launch).encode() + b"\n")
     agent.stdin.flush()
     started = json.loads(agent.stdout.readline())
     assert started["event"] == "started"
