@@ -12,7 +12,7 @@ PHOENIX_VENV ?= .venv-phoenix
 # that cache instead of installing on first use.
 BENCH_ENVS ?= .bench-envs
 
-.PHONY: demo test lint bench bench-env clean phoenix prometheus sshd oci-tools
+.PHONY: demo test lint bench bench-env clean phoenix prometheus sshd oci-tools chromium
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,13 @@ oci-tools:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	    umoci skopeo rsync >/dev/null; }
 
+# Debian's Chromium and its chromedriver (/usr/bin/chromedriver): the web console's tests drive a real
+# headless browser through Selenium (tests/integration/browser.py); a small font so screenshots show text.
+chromium:
+	@test -x /usr/bin/chromedriver || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    chromium chromium-driver fonts-dejavu-core >/dev/null; }
+
 # The main job: launch the example chat server from its recipe, show it, show the
 # operation's trace, ask it something, and stop it (state kept in .state/demo).
 demo: $(VENV)/.installed
@@ -65,7 +72,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 # --durations: the slowest tests are listed after every run, so a test that grows slow shows up.
-test: lint $(PHOENIX_VENV)/.installed bench-env prometheus sshd oci-tools
+test: lint $(PHOENIX_VENV)/.installed bench-env prometheus sshd oci-tools chromium
 	SPARKRUN_PHOENIX_PYTHON=$(abspath $(PHOENIX_VENV))/bin/python SPARKRUN_BENCHMARK_ENVS=$(abspath $(BENCH_ENVS)) \
 	  $(PY) -m pytest --durations=15
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.browser import DESKTOP, PHONE, SCREENSHOTS_ENV, Browser, BrowserError
 from tests.integration.coldsnap_harness import Snap
 from tests.integration.daemon_harness import DaemonProcess
 from tests.integration.phoenix import PhoenixServer
@@ -188,3 +189,49 @@ def start_ssh_hosts() -> Iterator[Any]:
     finally:
         for harness in reversed(started):
             harness.stop()
+
+
+@pytest.fixture(scope="session")
+def screenshot_root(tmp_path_factory) -> Path:
+    """Where the session's screenshots go: ``$SPARKRUN_SCREENSHOTS`` if set, else a session temporary directory."""
+    import os
+
+    configured = os.environ.get(SCREENSHOTS_ENV)
+    return Path(configured) if configured else tmp_path_factory.mktemp("screenshots")
+
+
+def _browser_or_fail(request: pytest.FixtureRequest, root: Path, size: tuple[int, int], mobile: bool) -> Browser:
+    """A started browser whose screenshots go to ``root/<test name>``, or the test failed with Chromium's reason."""
+    import re
+
+    directory = root / re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")
+    browser = Browser(size, mobile=mobile, screenshot_dir=directory)
+    failure: str | None = None
+    try:
+        browser.start()
+    except BrowserError as exc:
+        failure = str(exc)
+    if failure is not None:
+        # A browser that cannot start fails the test: CI must never skip the console's tests silently.
+        pytest.fail(failure, pytrace=False)
+    return browser
+
+
+@pytest.fixture
+def browser(request, screenshot_root) -> Iterator[Browser]:
+    """Headless Chromium with a 1280x900 desktop viewport (tests/integration/browser.py), quit after the test."""
+    started = _browser_or_fail(request, screenshot_root, DESKTOP, mobile=False)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture
+def phone_browser(request, screenshot_root) -> Iterator[Browser]:
+    """Headless Chromium emulating a 390x844 phone (touch, mobile viewport), quit after the test."""
+    started = _browser_or_fail(request, screenshot_root, PHONE, mobile=True)
+    try:
+        yield started
+    finally:
+        started.close()
