@@ -87,8 +87,24 @@ def _options(state_dir: Path | None, **given: Any) -> ServeOptions:
         allow_remote=given["allow_remote"],
         plugins=tuple(section.get("plugins") or ()),
         metrics=not given.get("no_metrics"),
+        trace_links=_trace_links(config.get("console") or {}, config.path),
         **chosen,
     )
+
+
+def _trace_links(section: Any, path: Path | None) -> tuple[tuple[str, str], ...]:
+    """``console.jaeger_url`` and ``console.tempo_url`` of the configuration, checked."""
+    if not isinstance(section, dict):
+        raise UserError(f"the console section of the configuration must be a mapping (path={path})")
+    links = []
+    for name, key in (("Jaeger", "jaeger_url"), ("Tempo", "tempo_url")):
+        url = section.get(key)
+        if url is None:
+            continue
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 2000:
+            raise UserError(f"console.{key} is {str(url)[:80]!r}; it must be an http(s) URL (path={path})")
+        links.append((name, url))
+    return tuple(links)
 
 
 @click.group(cls=Group)
@@ -128,7 +144,7 @@ def start(state_dir: Path | None, timeout: float, **given: Any) -> None:
     info, stale = control.start(DaemonPaths(options.state_dir), argv, timeout=timeout)
     if stale:
         click.echo("removed the record of a daemon that is no longer running", err=True)
-    click.echo(f"daemon started at {info.url} (pid {info.pid})")
+    click.echo(f"daemon started at {info.url} (pid {info.pid}); console: {info.url}/ui/")
 
 
 @daemon.command()

@@ -13,7 +13,7 @@ loop.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -60,6 +60,8 @@ class DaemonSettings:
     max_streams: int = 64
     keepalive_seconds: float = 15.0
     replay_batch: int = 1000
+    #: The console's links to a trace elsewhere: {"Jaeger": base URL, "Tempo": Grafana base URL}.
+    trace_links: dict[str, str] = field(default_factory=dict)
 
 
 class StreamSlots:
@@ -289,9 +291,14 @@ def create_app(
     metrics: Any = None,
 ) -> ASGIApp:
     """The ASGI application of one daemon; ``metrics`` renders ``GET /metrics`` when given."""
-    app = Starlette(routes=ROUTES, exception_handlers=_HANDLERS)
+    from sparkrun.daemon.console import ROUTES as CONSOLE
+    from sparkrun.daemon.console import Sessions
+
+    app = Starlette(routes=[*ROUTES, *CONSOLE], exception_handlers=_HANDLERS)
+    sessions = Sessions(settings.token)
+    app.state.sessions = sessions
     app.state.manager = manager
     app.state.settings = settings
     app.state.streams = slots if slots is not None else StreamSlots()
     app.state.metrics = metrics
-    return Contained(BearerAuth(app, settings.token))
+    return Contained(BearerAuth(app, settings.token, sessions))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
+from http.cookies import CookieError, SimpleCookie
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sparkrun.daemon.console.sessions import COOKIE, Sessions
 from sparkrun.daemon.http_input import error_response
 from sparkrun.daemon.log_limits import RateLimitedLog
 
@@ -16,15 +19,33 @@ _limited = RateLimitedLog(logging.getLogger(__name__))
 
 
 class BearerAuth:
-    """Pure ASGI middleware: rejects requests without the daemon's token (health excepted)."""
+    """Pure ASGI middleware: rejects requests without the daemon's token (health excepted).
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app, self._token = app, token.encode()
+    The console (``/ui/``) checks its own session cookie; with that cookie a
+    signed-in page may also read (GET only, so no forged request changes
+    anything) the ``/v1/`` API, which is where its live streams come from.
+    """
+
+    def __init__(self, app: ASGIApp, token: str, sessions: Sessions | None = None) -> None:
+        self.app, self._token, self._sessions = app, token.encode(), sessions
+
+    def _signed_in(self, scope: Scope) -> bool:
+        if self._sessions is None or scope.get("method") not in ("GET", "HEAD"):
+            return False
+        cookies = SimpleCookie()
+        with contextlib.suppress(CookieError):
+            cookies.load(dict(scope["headers"]).get(b"cookie", b"").decode("latin-1"))
+        morsel = cookies.get(COOKIE)
+        return morsel is not None and self._sessions.get(morsel.value) is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != "/v1/health":
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path != "/v1/health" and not path.startswith("/ui"):
             header = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, given = header.partition(b" ")
+            if not header and self._signed_in(scope):
+                await self.app(scope, receive, send)
+                return
             if scheme.lower() != b"bearer" or not given:
                 await error_response(401, "missing bearer token (header=Authorization)")(scope, receive, send)
                 return

@@ -50,6 +50,8 @@ class ServeOptions:
     keepalive_seconds: float = 15.0
     plugins: tuple[str, ...] = ()
     metrics: bool = True
+    #: Where the console links a trace: {"Jaeger": base URL, "Tempo": Grafana base URL}.
+    trace_links: tuple[tuple[str, str], ...] = ()
 
 
 def _is_loopback(host: str) -> bool:
@@ -138,6 +140,7 @@ async def _serve(
         max_streams=options.max_streams,
         keepalive_seconds=options.keepalive_seconds,
         body_timeout=options.body_timeout,
+        trace_links=dict(options.trace_links),
     )
     slots = StreamSlots()
     render = None

@@ -242,3 +242,44 @@ def _register_fake_benchmark_framework() -> None:
 
 
 _register_fake_benchmark_framework()
+
+
+def _console_demo(sctx, arguments, prompter):  # type: ignore[no-untyped-def]
+    """Two hosts with an exact and an upper-bound counter, a spinner, a warning and hostile text (for the console)."""
+    import time
+
+    feedback = get_feedback("test.console", sctx=sctx)
+    spark1, spark2 = feedback.child(host="spark-1"), feedback.child(host="spark-2")
+    waiting = feedback.child(source="test.console.wait")
+    steps, interval = int(arguments.get("steps", 20)), float(arguments.get("interval", 0.1))
+    feedback.progress("<img src=x onerror=alert(1)>", stage="start", status="running")
+    feedback.warning("a host is slow", stage="start")
+    secret_length = 0
+    if arguments.get("ask"):
+        secret_length = len(prompter.secret("Registry password?"))
+    for step in range(1, steps + 1):
+        spark1.progress("Loading shards", stage="load", current=step, total=steps, total_kind="exact", unit="shards")
+        spark2.progress(
+            "Receiving layers",
+            stage="transfer",
+            current=step * 1000,
+            total=steps * 1500,
+            total_kind="upper_bound",
+            unit="bytes",
+        )
+        waiting.progress("Warming up", stage="warmup", current=step, unit="requests")
+        time.sleep(interval)
+    feedback.error("spark-2 needed a retry", stage="transfer")
+    spark1.progress("Loaded", stage="load", status="succeeded")
+    spark2.progress("Received", stage="transfer", status="succeeded")
+    return {"steps": steps, "secret_length": secret_length}
+
+
+register_operation(
+    DaemonOperation(
+        "console_demo",
+        _console_demo,
+        {"steps": Param(int), "interval": Param(float), "ask": Param(bool)},
+        "Report counters of every kind on two hosts (for the console).",
+    )
+)

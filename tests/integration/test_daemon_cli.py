@@ -170,7 +170,9 @@ def test_cli_start_status_stop_and_start_again(tmp_path):
             started = daemon.run_cli("daemon", "start", "--port", "0")
             assert started.returncode == 0, started.stderr
             info = json.loads(daemon.info_path.read_text())
-            assert started.stdout == f"daemon started at {info['url']} (pid {info['pid']})\n"
+            assert (
+                started.stdout == f"daemon started at {info['url']} (pid {info['pid']}); console: {info['url']}/ui/\n"
+            )
             status = daemon.run_cli("daemon", "status")
             assert status.stdout == f"daemon at {info['url']} (pid {info['pid']}): no jobs\n"
             stopped = daemon.run_cli("daemon", "stop")

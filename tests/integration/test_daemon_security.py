@@ -22,8 +22,8 @@ pytestmark = pytest.mark.integration
 
 
 KNOWN_OPERATIONS = (
-    "ask, benchmark, burst, coldsnap, distribute, fail, image_relay, leak, legacy, legacy_events, logs, relay, "
-    "result, run, sleep, status, stderr_flood, stop"
+    "ask, benchmark, burst, coldsnap, console_demo, distribute, fail, image_relay, leak, legacy, legacy_events, "
+    "logs, relay, result, run, sleep, status, stderr_flood, stop"
 )
 UNKNOWN_JOB = "0123456789abcdef0123456789abcdef"
 
