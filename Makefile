@@ -83,6 +83,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_stream.py
 	$(PY) benchmarks/bench_benchmarks.py
 	$(PY) benchmarks/bench_ssh.py
+	$(PY) benchmarks/bench_relay.py
 
 clean:
 	rm -rf $(VENV) $(PHOENIX_VENV) $(BENCH_ENVS) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
