@@ -176,13 +176,17 @@ class FeedbackReporter:
         return self._emit("error", _ERROR, message, fields, log_message)
 
     @contextmanager
-    def heartbeat(self, label: str | Callable[[], str], *, interval: float = 30.0) -> Iterator[None]:
+    def heartbeat(
+        self, label: str | Callable[[], str], *, interval: float = 30.0, stage: str | None = None
+    ) -> Iterator[None]:
         """Report silent work every ``interval`` seconds until the block exits.
 
         Reports ``label`` (or what the callable returns, asked each time) once
         on entry, then from a background thread with ``elapsed_seconds`` as a
-        metric. The thread has been joined when the block exits. ``interval``
-        must be 0.01 to 86400 seconds (``ValueError`` otherwise).
+        metric, under ``stage`` when given (so a view grouping by stage sees
+        the long phase as it starts). The thread has been joined when the block
+        exits. ``interval`` must be 0.01 to 86400 seconds (``ValueError``
+        otherwise).
         """
         if type(interval) not in (int, float) or not _MIN_HEARTBEAT_INTERVAL <= interval <= _MAX_HEARTBEAT_INTERVAL:
             raise ValueError(
@@ -190,7 +194,8 @@ class FeedbackReporter:
                 f"from {_MIN_HEARTBEAT_INTERVAL} to {_MAX_HEARTBEAT_INTERVAL}"
             )
         text: Callable[[], str] = label if callable(label) else (lambda: label)
-        self.progress(text(), status="running", metrics={"elapsed_seconds": 0.0})
+        staged: dict[str, Any] = {"stage": stage} if stage is not None else {}
+        self.progress(text(), status="running", metrics={"elapsed_seconds": 0.0}, **staged)
         started = time.monotonic()
         stop = threading.Event()
 
@@ -198,7 +203,7 @@ class FeedbackReporter:
             while not stop.wait(interval):
                 try:
                     elapsed = round(time.monotonic() - started, 3)
-                    self.progress(text(), status="running", metrics={"elapsed_seconds": elapsed})
+                    self.progress(text(), status="running", metrics={"elapsed_seconds": elapsed}, **staged)
                 except Exception:
                     _log.exception("heartbeat of %s could not report", self.source)
 

@@ -181,7 +181,7 @@ class _Run:
         self.stage = "transferring"
         self._transfer(missing)
         self.stage = "importing"
-        with self.reporter.heartbeat(f"Importing on {host}", interval=5.0):
+        with self.reporter.heartbeat(f"Importing on {host}", interval=5.0, stage="importing"):
             imported = self._call(self.receiver.import_request({blob.digest for blob in self.reused}))
         self.reporter.progress(
             f"Imported on {host}", stage="importing", metrics={k: v for k, v in imported.items() if _scalar(v)}
@@ -270,7 +270,7 @@ class _Run:
             "full": self.force,
         }
         result: dict[str, Any] = {}
-        with self.reporter.heartbeat(f"Verifying on {self.transport.host}", interval=5.0):
+        with self.reporter.heartbeat(f"Verifying on {self.transport.host}", interval=5.0, stage="verifying"):
             last = 0.0
             for message in self.transport.stream(request, extensions=self.extensions):
                 if "result" in message:

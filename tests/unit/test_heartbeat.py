@@ -116,3 +116,15 @@ def test_a_failing_tick_is_logged_not_raised(sctx, caplog):
     events = drain(sctx.queue)
     assert [e["message"] for e in events if e["type"] == "feedback"] == ["first"]  # no beat without a label
     assert not _heartbeat_threads()
+
+
+def test_heartbeat_reports_under_its_stage_when_given(sctx):
+    with operation_scope(sctx, name="t"):
+        reporter = get_feedback("relay").child(host="spark-1")
+        with reporter.heartbeat("Verifying on spark-1", interval=0.02, stage="verifying"):
+            beats = _take(sctx.queue, 2)
+        with reporter.heartbeat("Waiting", interval=0.02):
+            plain = _take(sctx.queue, 1)
+    assert [beat["stage"] for beat in beats] == ["verifying", "verifying"]
+    assert all(beat["status"] == "running" and beat["host"] == "spark-1" for beat in beats)
+    assert "stage" not in plain[0]

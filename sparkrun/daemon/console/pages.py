@@ -131,7 +131,8 @@ async def sign_in_page(request: Request) -> Response:
 def _sign_in_form(problem: str = "", status: int = 200) -> Response:
     alert = f'<p class="error" role="alert"><strong>ERROR</strong> {e(problem)}</p>' if problem else ""
     body = (
-        f"{alert}<p>Paste the daemon's token (<code>sparkrun daemon status --token</code> shows where it is). "
+        f"{alert}<p>Paste the daemon's token: the file <code>daemon/token</code> in its state directory "
+        "(<code>cat ~/.local/state/sparkrun/daemon/token</code> by default). "
         "It is exchanged for a session cookie and never kept in the page.</p>"
         '<form method="post" action="/ui/sign-in"><label for="token">Token</label> '
         '<input id="token" name="token" type="password" autocomplete="off" required autofocus> '

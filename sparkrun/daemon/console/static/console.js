@@ -156,6 +156,7 @@
       seen = seq || seen;
       const event = JSON.parse(message.data);
       log.appendChild(eventLine(seq, event));
+      while (log.children.length > 2000) log.removeChild(log.firstElementChild); // a long job stays light
       if (event.type === "feedback" || event.type === "progress") {
         const key = event.type === "progress" ? "phase:" + event.slug : event.activity_id;
         const previous = rows.querySelector('tr[data-key="' + CSS.escape(key) + '"]');
