@@ -44,7 +44,7 @@ sshd:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; }
 
 # Debian's umoci and skopeo build and read the real OCI image layouts of the image relay's tests
-# (tests/integration/oci_images.py); rsync is one of the relay's transports.
+# (tests/integration/oci_images.py); rsync is the baseline the relay benchmark compares with.
 oci-tools:
 	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v rsync >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \

@@ -7,6 +7,7 @@ verification on that host, never by a byte count.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -29,6 +30,7 @@ from sparkrun.feedback import FeedbackReporter, get_feedback
 __all__ = ["distribute", "distribution_list", "serve_request"]
 
 _SOURCE = "sparkrun.distribute"
+_PLATFORM = re.compile(r"[a-z0-9]{1,32}/[a-z0-9_]{1,32}(/[a-z0-9]{1,16})?")
 
 
 def _hosts(hosts: Sequence[str]) -> tuple[str, ...]:
@@ -39,6 +41,12 @@ def _hosts(hosts: Sequence[str]) -> tuple[str, ...]:
     if repeated:
         raise ValueError(f"host {repeated[0]!r} is named more than once")
     return checked
+
+
+def _platform(value: str) -> str:
+    if _PLATFORM.fullmatch(value) is None:
+        raise ValueError(f"platform is {value[:80]!r}; it must be os/architecture[/variant], such as linux/arm64")
+    return value
 
 
 def serve_request(request: DistributionRequest) -> DistributionResult:
@@ -65,18 +73,26 @@ def distribute(
     *,
     force: bool = False,
     source_host: str = "localhost",
+    platform: str | None = None,
     sctx: SparkrunContext | None = None,
 ) -> DistributionResult:
-    """Copy an image (``oci:PATH[:TAG]``) or a model directory to every host, all at once."""
+    """Copy an image (``oci:PATH[:TAG]``) or a model directory to every host, all at once.
+
+    ``platform`` (``os/architecture[/variant]``) picks an image's manifest from a multi-platform index.
+    """
     sctx = sctx if sctx is not None else initialize()
     with operation_scope(sctx, name="distribute"):
         feedback: FeedbackReporter = get_feedback(_SOURCE, sctx=sctx)
         if kind not in ("image", "model"):
             raise ValueError(f"kind is {kind!r}; it must be image or model")
-        make = ImageCopyRequest if kind == "image" else ModelCopyRequest
-        request: DistributionRequest = make(
-            source, _hosts(hosts), feedback, sctx.config, check_host_name(source_host), force
-        )
+        common = (source, _hosts(hosts), feedback, sctx.config, check_host_name(source_host), force)
+        request: DistributionRequest
+        if kind == "image":
+            request = ImageCopyRequest(*common, platform=_platform(platform) if platform else "linux/amd64")
+        elif platform:
+            raise ValueError("platform applies to images only (kind=model)")
+        else:
+            request = ModelCopyRequest(*common)
         try:
             result = serve_request(request)
         except DistributionError as error:

@@ -41,6 +41,12 @@ def _copy(kind: str) -> click.Command:
     @click.argument("source")
     @click.option("--host", "hosts", multiple=True, required=True, metavar="HOST", help="A target host (repeatable).")
     @click.option("--force", is_flag=True, help="Send everything again, even what a host already has.")
+    @click.option(
+        "--platform",
+        metavar="OS/ARCH",
+        help="For a multi-platform image: the platform to copy (default linux/amd64).",
+        hidden=kind != "image",
+    )
     @operation_options
     @click.pass_context
     def command(
@@ -48,6 +54,7 @@ def _copy(kind: str) -> click.Command:
         source: str,
         hosts: tuple[str, ...],
         force: bool,
+        platform: str | None,
         as_json: bool,
         events_jsonl: Path | None,
         state_dir: Path | None,
@@ -58,7 +65,14 @@ def _copy(kind: str) -> click.Command:
         try:
             with operation_session(ctx, state_dir=state_dir, as_json=as_json, events_jsonl=events_jsonl) as sctx:
                 try:
-                    result = api.distribute(kind, source, hosts, force=force, sctx=sctx)  # type: ignore[arg-type]
+                    result = api.distribute(
+                        kind,  # type: ignore[arg-type]
+                        source,
+                        hosts,
+                        force=force,
+                        platform=platform,
+                        sctx=sctx,
+                    )
                 except DistributionError as error:
                     if error.result is not None and not as_json:
                         click.echo(_summary(error.result))

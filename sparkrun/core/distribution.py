@@ -54,9 +54,14 @@ class _Request:
 
 @dataclass(frozen=True)
 class ImageCopyRequest(_Request):
-    """Copy an image stored as an OCI image layout (``oci:PATH[:TAG]``) to each host's image store."""
+    """Copy an image stored as an OCI image layout (``oci:PATH[:TAG]``) to each host's image store.
+
+    ``platform`` picks the manifest when the tag names a multi-platform index
+    (``linux/arm64`` for a DGX Spark); a single-platform image ignores it.
+    """
 
     kind = "image"
+    platform: str = "linux/amd64"
 
 
 @dataclass(frozen=True)

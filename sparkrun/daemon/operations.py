@@ -169,7 +169,12 @@ def _distribute(sctx: SparkrunContext, arguments: dict[str, Any], prompter: Prom
     if not all(isinstance(host, str) for host in hosts):
         raise ValueError(f"hosts is {str(hosts)[:200]}; it must be a list of host names")
     result = api.distribute(
-        arguments["kind"], arguments["source"], hosts, force=bool(arguments.get("force")), sctx=sctx
+        arguments["kind"],
+        arguments["source"],
+        hosts,
+        force=bool(arguments.get("force")),
+        platform=arguments.get("platform"),
+        sctx=sctx,
     )
     return _plain(result)
 
@@ -259,6 +264,7 @@ def _register_builtins() -> None:
                 "source": Param(str, True),
                 "hosts": Param(list, True),
                 "force": Param(bool),
+                "platform": Param(str),
             },
             "Copy an image (oci:PATH[:TAG]) or a model directory to hosts, verified on each.",
         ),

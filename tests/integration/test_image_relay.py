@@ -204,3 +204,30 @@ def test_a_daemon_job_relays_an_image_and_streams_each_hosts_phases(images, star
     for host in ("spark-1", "spark-2"):
         stages = [e.get("stage") for e in events if e.get("host") == host and e.get("source") == "oci-relay"]
         assert [s for s in dict.fromkeys(stages) if s] == STAGES
+
+
+def test_a_multi_platform_index_relays_the_platform_asked_for(images, context, ssh_hosts):
+    """An index naming ``app`` for linux/amd64 and ``base`` for linux/arm64 (a DGX Spark's platform)."""
+    import hashlib
+
+    from sparkrun.plugins.oci_relay.layout import OCI_INDEX, Descriptor, tag_manifest, tags
+
+    sctx, _ = context
+    known = tags(images)
+    entries = []
+    for tag, architecture in (("app", "amd64"), ("base", "arm64")):
+        entry = known[tag].to_json()
+        entries.append({**entry, "platform": {"os": "linux", "architecture": architecture}})
+    index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
+    digest = hashlib.sha256(index).hexdigest()
+    (images / "blobs" / "sha256" / digest).write_bytes(index)
+    tag_manifest(images, Descriptor(OCI_INDEX, f"sha256:{digest}", len(index)), "multi")
+    arm = api.distribute("image", f"oci:{images}:multi", ["spark-1"], platform="linux/arm64", sctx=sctx)
+    assert arm.hosts["spark-1"].present[0].startswith(f"image multi@{known['base'].digest} ")
+    assert skopeo_inspect(_store(ssh_hosts.hosts[0]), "multi")["Digest"] == known["base"].digest
+    amd = api.distribute("image", f"oci:{images}:multi", ["spark-2"], sctx=sctx)  # the default, linux/amd64
+    assert amd.hosts["spark-2"].present[0].startswith(f"image multi@{known['app'].digest} ")
+    with pytest.raises(DistributionError, match=r"no manifest for the platform linux/s390x"):
+        api.distribute("image", f"oci:{images}:multi", ["spark-1"], platform="linux/s390x", sctx=sctx)
+    with pytest.raises(ValueError, match=r"platform is 'Linux AMD'; it must be os/architecture"):
+        api.distribute("image", f"oci:{images}:multi", ["spark-1"], platform="Linux AMD", sctx=sctx)

@@ -56,6 +56,8 @@ class OciRelay:
         return isinstance(request, ImageCopyRequest) and request.source.startswith("oci:")
 
     def distribute(self, request: DistributionRequest) -> DistributionResult:
+        if not isinstance(request, ImageCopyRequest):
+            raise ValueError(f"the image relay copies images, not {request.kind} requests")
         if not is_local_host(request.source_host):
             raise ValueError(
                 f"source_host is {request.source_host!r}; the image relay reads images on this machine only"
@@ -63,7 +65,7 @@ class OciRelay:
         try:
             path, tag = parse_reference(request.source)
             layout = Path(path).expanduser()
-            image = read_image(layout, tag)
+            image = read_image(layout, tag, request.platform)
         except LayoutError as error:
             raise ValueError(f"image {request.source}: {error}") from None
         target_tag = tag or image.manifest.digest.split(":", 1)[1][:12]
