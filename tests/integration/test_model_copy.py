@@ -181,3 +181,38 @@ def test_the_cli_copies_a_model_and_names_bad_input(tmp_path, ssh_hosts):
         bad = cli(*args)
         assert bad.returncode == 1 and message in bad.stderr, (args, bad.stderr)
         assert "Traceback" not in bad.stderr
+
+
+def test_ctrl_c_during_a_copy_exits_130_and_the_next_copy_completes_it(tmp_path, ssh_hosts):
+    import signal
+
+    model = tmp_path / "big-model"
+    model.mkdir()
+    for index in range(6):  # several files: some arrive whole before the interruption
+        (model / f"shard-{index}.bin").write_bytes(os.urandom(24 << 20))
+    total = 6 * (24 << 20)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"hosts": ssh_hosts.inventory()}), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SPARKRUN_"))}
+    env.update(SPARKRUN_CONFIG=str(config), SPARKRUN_STATE_DIR=str(tmp_path / "state"), SPARKRUN_OTEL="0")
+    sparkrun = str(Path(sys.executable).with_name("sparkrun"))
+    copying = subprocess.Popen(
+        [sparkrun, "distribute", "model", str(model), "--host", "spark-1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    for line in copying.stdout:  # interrupt as the blobs start to travel (144 MB take far longer than a signal)
+        if json.loads(line).get("stage") == "transferring":
+            break
+    copying.send_signal(signal.SIGINT)
+    _, stderr = copying.communicate(timeout=60)
+    assert copying.returncode == 130, stderr
+    assert "interrupted; verified blobs stay on the hosts" in stderr and "Traceback" not in stderr
+    sctx = initialize(config_path=config, state_dir=tmp_path / "state")
+    resumed = api.distribute("model", str(model), ["spark-1"], sctx=sctx)
+    metrics = resumed.hosts["spark-1"].metrics
+    assert resumed.ok and metrics["wire_bytes"] + metrics["reused_bytes"] == total  # whatever arrived whole stays
+    hosted = ssh_hosts.hosts[0].home / ".local" / "state" / "sparkrun" / "hosted" / "models" / "blobs" / "sha256"
+    assert not [path for path in hosted.iterdir() if path.name.startswith(".")]  # nothing half-written is left
