@@ -403,3 +403,34 @@ def test_following_the_logs_of_two_hosts_ends_when_the_deployment_stops(tmp_path
     assert not follower.is_alive()  # the follow ended by itself once both workloads had exited
     assert {line.split("] ")[0] + "]" for line in followed if posted in line} == {"[spark-1]", "[spark-2]"}
     assert all(line.startswith(("[spark-1] ", "[spark-2] ")) for line in followed)
+
+
+def test_a_master_connection_killed_behind_sparkrun_s_back_is_replaced(tmp_path, ssh_hosts):
+    import re as regex
+
+    from sparkrun.core.executors import Executors
+
+    sctx = initialize(config_path=_config(tmp_path, ssh_hosts.inventory()), state_dir=tmp_path / "state")
+    transport = Executors(sctx.config).transport_for("spark-1")
+    assert transport.call({"action": "probe"})["python"]  # starts the master
+    socket_path = transport._socket
+    check = subprocess.run(
+        ["ssh", "-o", f"ControlPath={socket_path}", "-O", "check", "spark-1"], capture_output=True, text=True
+    )
+    pid = int(regex.search(r"pid=(\d+)", check.stderr).group(1))
+    os.kill(pid, signal.SIGKILL)
+    from tests.integration.daemon_harness import wait_for
+
+    wait_for(
+        lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3],
+        timeout=10,
+        what="the master to die",
+    )
+    assert socket_path.is_socket()  # left behind
+    fresh = Executors(sctx.config).transport_for("spark-1")  # a new command, as a user runs one
+    assert fresh.call({"action": "probe"})["python"]  # answered over a direct login, and the dead socket noticed
+    assert not socket_path.exists()
+    assert fresh.call({"action": "probe"})["python"]  # a new master
+    assert socket_path.is_socket()
+    alive = subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "check", "spark-1"], capture_output=True)
+    assert alive.returncode == 0

@@ -187,7 +187,11 @@ class AgentTransport:
         finally:
             _end(process)
 
+    def noticed(self, stderr: str) -> None:
+        """What the agent's process said on stderr, answer or not (the SSH transport learns from it)."""
+
     def _outcome(self, final: dict[str, Any], code: int, stderr: str) -> Any:
+        self.noticed(stderr)
         if "result" in final:
             return final["result"]
         if "error" in final:

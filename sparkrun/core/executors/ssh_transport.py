@@ -98,12 +98,19 @@ class SshTransport(AgentTransport):
         with self._lock:
             if self._master_ready:
                 return
-            if not self._socket.is_socket():  # an existing socket is used as is: a dead one costs one direct login
+            if not self._socket.is_socket():  # an existing socket is used as is; a dead one is noticed on first use
                 with open(f"{self._socket}.lock", "w") as lock:
                     fcntl.flock(lock, fcntl.LOCK_EX)  # one master per host, whichever process gets here first
                     if not self._master_alive():
                         self._start_master()
             self._master_ready = True
+
+    def noticed(self, stderr: str) -> None:
+        """A master that died leaves its socket: ssh then logs in directly, slowly; start a new master next time."""
+        if "Control socket connect" in stderr:
+            with self._lock:
+                self._socket.unlink(missing_ok=True)
+                self._master_ready = False
 
     def _master_alive(self) -> bool:
         check = subprocess.run(
