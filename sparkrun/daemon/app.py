@@ -12,7 +12,10 @@ loop.
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +45,7 @@ from sparkrun.daemon.journal import CursorExpired, UnknownJob
 from sparkrun.daemon.log_limits import RateLimitedLog
 from sparkrun.daemon.middleware import BearerAuth, Contained
 from sparkrun.daemon.operations import UnknownOperation
-from sparkrun.daemon.sse import CountedStream, event_stream, log_stream
+from sparkrun.daemon.sse import CountedStream, event_stream, host_log_stream, log_stream
 from sparkrun.errors import DeploymentError
 
 __all__ = ["DaemonSettings", "StreamSlots", "create_app"]
@@ -190,14 +193,9 @@ async def logs(request: Request) -> Response:
     deployment = await manager.read(DeploymentStore(manager.state_dir).load, name)
     if deployment is None:
         return error_response(404, f"no deployment with this name (deployment={name!r})")
-    remote = [placement.host for placement in deployment.placements if placement.ssh is not None]
-    if remote or not deployment.placements:
-        hosts = ", ".join(remote) or "none"
-        return error_response(
-            400,
-            f"this stream serves logs of this machine only; use `sparkrun logs {name}` "
-            f"(deployment={name!r}, remote hosts: {hosts})",
-        )
+    if any(placement.ssh is not None for placement in deployment.placements):
+        lines = functools.partial(_host_lines, manager, deployment, int(tail) if tail is not None else None, follow)
+        return _counted(request, host_log_stream(deployment, lines, keepalive=_settings(request).keepalive_seconds))
     stream = log_stream(
         manager,
         deployment,
@@ -206,6 +204,22 @@ async def logs(request: Request) -> Response:
         keepalive=_settings(request).keepalive_seconds,
     )
     return _counted(request, stream)
+
+
+def _host_lines(
+    manager: JobManager, deployment: Any, tail: int | None, follow: bool, cancel: threading.Event
+) -> Iterator[str]:
+    """Every host's lines (``[host]``-marked when there are several), read over their SSH connections."""
+    from sparkrun.config import Config
+    from sparkrun.core.executors import Executors
+    from sparkrun.core.host_lines import merge_lines
+
+    executors = Executors(Config(state_dir=manager.state_dir))
+    sources = [
+        (p.host, executors.for_placement(p).logs(p, tail=tail, follow=follow, cancel=cancel))
+        for p in deployment.placements
+    ]
+    return sources[0][1] if len(sources) == 1 else merge_lines(sources)
 
 
 async def prometheus(request: Request) -> Response:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = ["CountedStream", "event_stream", "log_stream", "sse"]
 
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _LOG_POLL_SECONDS = 0.2
+_HOST_LOG_BUFFER = 1000
 
 
 def sse(event: str, data: dict[str, Any]) -> str:
@@ -116,3 +118,54 @@ async def log_stream(
         if idle >= keepalive:
             idle = 0.0
             yield ": keepalive\n\n"
+
+
+class _Ended:
+    """The end of a host log stream (with the reason if it failed)."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        self.reason = reason
+
+
+async def host_log_stream(
+    deployment: Deployment, lines: Callable[[threading.Event], Iterator[str]], *, keepalive: float
+) -> AsyncIterator[str]:
+    """Log lines read by ``lines`` in a thread (over SSH, from every host), as ``data:`` events, then ``end``.
+
+    The reading thread hands lines over through a bounded queue; when the
+    client goes away, ``cancel`` ends the read within a fraction of a second,
+    quiet hosts included.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str | _Ended] = asyncio.Queue()
+    cancel = threading.Event()
+
+    def pump() -> None:
+        ended = _Ended()
+        try:
+            for line in lines(cancel):
+                loop.call_soon_threadsafe(queue.put_nowait, line)
+                while queue.qsize() > _HOST_LOG_BUFFER and not cancel.wait(0.05):
+                    pass  # a slow client holds the hosts back rather than filling memory
+                if cancel.is_set():
+                    return
+        except Exception as error:  # an unreachable host: said in the end event
+            ended = _Ended((str(error).splitlines() or [type(error).__name__])[0])
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, ended)
+
+    reader = threading.Thread(target=pump, name=f"sparkrun-host-log-{deployment.name}", daemon=True)
+    reader.start()
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), keepalive)
+            except TimeoutError:
+                yield ": keepalive\n\n"
+                continue
+            if isinstance(item, _Ended):
+                yield sse("end", {"deployment": deployment.name, **({"error": item.reason} if item.reason else {})})
+                return
+            yield f"data: {json.dumps(item)}\n\n"
+    finally:
+        cancel.set()

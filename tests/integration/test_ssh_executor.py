@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ import yaml
 from sparkrun import api
 from sparkrun.application import initialize
 from sparkrun.core.trace_ids import activity_span_id
+from sparkrun.daemon.client import parse_sse
 from sparkrun.errors import HostError
 from tests.integration.daemon_harness import message_events
 from tests.integration.ssh_hosts import SshHost
@@ -303,6 +305,20 @@ def test_a_daemon_job_launches_on_two_hosts_and_streams_per_host_events(recipe, 
     assert hosts == {"spark-1", "spark-2"}
     logs = daemon.wait_state(daemon.submit("logs", name="served", host="spark-2")["job_id"])
     assert any("serving tiny-echo" in line for line in logs["result"]), logs
+    with daemon.client.stream(
+        "GET", "/v1/streams/logs", params={"name": "served", "follow": "false"}, timeout=30
+    ) as response:
+        assert response.status_code == 200, response.read()
+        streamed = list(parse_sse(response.iter_lines()))
+    lines = [event.data for event in streamed if event.name == "message"]
+    assert any(line.startswith("[spark-1] serving tiny-echo") for line in lines)
+    assert any(line.startswith("[spark-2] serving tiny-echo") for line in lines)
+    assert streamed[-1].name == "end" and "error" not in streamed[-1].data
+    began = time.monotonic()
+    with daemon.client.stream("GET", "/v1/streams/logs", params={"name": "served"}, timeout=30) as response:
+        first = next(event for event in parse_sse(response.iter_lines()) if event.name == "message")
+    assert first.data.startswith("[spark-")  # a live follow, left after its first line
+    assert time.monotonic() - began < 10
     stop_id = daemon.submit("stop", name="served")["job_id"]
     stopped = daemon.wait_state(stop_id)
     assert stopped["state"] == "succeeded" and stopped["result"][0]["hosts"] == {

@@ -72,7 +72,11 @@ class Executor(Protocol):
 
     def stop(self, placement: Placement, *, grace: float = 5.0) -> str: ...
 
-    def logs(self, placement: Placement, *, tail: int | None, follow: bool) -> Iterator[str]: ...
+    def logs(
+        self, placement: Placement, *, tail: int | None, follow: bool, cancel: threading.Event | None = None
+    ) -> Iterator[str]:
+        """The placement's log lines; ``cancel`` (set from another thread) ends a follow early."""
+        ...
 
 
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}

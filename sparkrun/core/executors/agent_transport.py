@@ -14,6 +14,7 @@ import functools
 import importlib.util
 import json
 import os
+import select
 import shlex
 import subprocess
 import threading
@@ -115,11 +116,19 @@ class AgentTransport:
         messages = [json.loads(line) for line in done.stdout.splitlines() if line.startswith(b"{")]
         return self._outcome(messages[-1] if messages else {}, done.returncode, done.stderr.decode(errors="replace"))
 
-    def stream(self, request: dict[str, Any], *, extensions: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    def stream(
+        self,
+        request: dict[str, Any],
+        *,
+        extensions: tuple[str, ...] = (),
+        cancel: threading.Event | None = None,
+    ) -> Iterator[dict[str, Any]]:
         """Run one request, yielding its messages as they arrive; the last one is ``{"result": ...}``.
 
         Closing the generator (or an exception in the caller) closes the
-        agent's stdin, which tells it to stop listening.
+        agent's stdin, which tells it to stop listening. ``cancel``, set from
+        another thread, ends the stream within a fraction of a second even
+        while the agent is silent (a followed log that writes nothing).
         """
         process = self._popen()
         streams = _pipes(process)
@@ -127,12 +136,14 @@ class AgentTransport:
             streams.stdin.write(_opening(request, extensions))
             streams.stdin.flush()
             last: dict[str, Any] = {}
-            for line in streams.stdout:
+            for line in _lines(streams.stdout, cancel):
                 message = json.loads(line)
                 if "result" in message or "error" in message:
                     last = message
                     break
                 yield message
+            if cancel is not None and cancel.is_set():
+                return  # the caller stopped listening: no answer is owed
             streams.stdin.close()
             stderr = streams.stderr.read().decode(errors="replace")
             yield {"result": self._outcome(last, process.wait(timeout=10), stderr)}
@@ -207,6 +218,22 @@ class _Pipes:
 def _pipes(process: subprocess.Popen[bytes]) -> _Pipes:
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     return _Pipes(process.stdin, process.stdout, process.stderr)
+
+
+def _lines(stdout: IO[bytes], cancel: threading.Event | None) -> Iterator[bytes]:
+    """The agent's lines; with ``cancel``, read so that a silent agent never keeps the reader past it."""
+    if cancel is None:
+        yield from stdout
+        return
+    descriptor, pending = stdout.fileno(), b""
+    while not cancel.is_set():
+        if not select.select([descriptor], [], [], 0.25)[0]:
+            continue
+        chunk = os.read(descriptor, 65536)
+        if not chunk:
+            return
+        *complete, pending = (pending + chunk).split(b"\n")
+        yield from complete
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:

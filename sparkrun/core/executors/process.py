@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -128,5 +129,10 @@ class ProcessExecutor:
                 popen.wait(timeout=5)
         return outcome
 
-    def logs(self, placement: Placement, *, tail: int | None, follow: bool) -> Iterator[str]:
-        return log_tail.follow(Path(placement.log_path), lambda: self.alive(placement), tail, follow)
+    def logs(
+        self, placement: Placement, *, tail: int | None, follow: bool, cancel: threading.Event | None = None
+    ) -> Iterator[str]:
+        def running() -> bool:
+            return self.alive(placement) and not (cancel is not None and cancel.is_set())
+
+        return log_tail.follow(Path(placement.log_path), running, tail, follow)

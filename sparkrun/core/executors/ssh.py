@@ -9,6 +9,7 @@ steps until it is ready, so a host costs one round trip, not one per check.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,7 +101,9 @@ class SshExecutor:
         }
         return str(self.transport.call(request, timeout=grace + 30))
 
-    def logs(self, placement: Placement, *, tail: int | None, follow: bool) -> Iterator[str]:
+    def logs(
+        self, placement: Placement, *, tail: int | None, follow: bool, cancel: threading.Event | None = None
+    ) -> Iterator[str]:
         request = {
             "action": "logs",
             "name": Path(placement.log_path).stem,
@@ -108,6 +111,6 @@ class SshExecutor:
             "tail": tail,
             "follow": follow,
         }
-        for message in self.transport.stream(request):
+        for message in self.transport.stream(request, cancel=cancel):
             if "line" in message:
                 yield str(message["line"])

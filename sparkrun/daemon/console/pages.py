@@ -290,15 +290,9 @@ async def deployments_page(request: Request) -> Response:
                 f"<tr><td>{e(deployment.name)}</td><td>{e(placement.host)}</td><td>{e(placement.pid)}</td>"
                 f'<td><a href="{e(placement.url)}">{e(placement.url)}</a></td><td>{e(deployment.recipe)}</td></tr>'
             )
-        local = all(placement.ssh is None for placement in deployment.placements)
         logs.append(
             f'<section class="log"><h2>Log of {e(deployment.name)}</h2>'
-            + (
-                f'<pre class="log-lines" data-deployment="{e(deployment.name)}" aria-live="polite"></pre>'
-                if local
-                else f"<p>Its hosts are remote: read it with <code>sparkrun logs {e(deployment.name)}</code>.</p>"
-            )
-            + "</section>"
+            f'<pre class="log-lines" data-deployment="{e(deployment.name)}" aria-live="polite"></pre></section>'
         )
     body = table(["name", "host", "pid", "url", "recipe"], rows) + ("" if rows else "<p>Nothing is deployed.</p>")
     return page("Deployments", body + "".join(logs), csrf=session.csrf, data={"page": "deployments"})

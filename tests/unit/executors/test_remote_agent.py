@@ -160,3 +160,29 @@ def test_the_agent_stops_listening_when_the_caller_goes_away(tmp_path):
     assert agent.wait(timeout=10) == 0 and time.monotonic() - began < 5
     (stopped,) = _agent({"action": "stop", "name": "slow", "identity": started["identity"], "grace": 1}, tmp_path)
     assert stopped == {"result": "terminated"}  # the workload outlived the agent; stop found it
+
+
+def test_a_silent_followed_stream_ends_soon_after_its_cancel(tmp_path):
+    import threading
+
+    from sparkrun.core.executors.agent_transport import LocalTransport
+    from sparkrun.core.processes import ProcessIdentity
+
+    hosted = tmp_path / "hosted"
+    hosted.mkdir()
+    (hosted / "quiet.log").write_text("only line\n")
+    transport = LocalTransport("localhost", hosted)
+    cancel = threading.Event()
+    request = {
+        "action": "logs",
+        "name": "quiet",
+        "tail": 5,
+        "follow": True,
+        "identity": ProcessIdentity.of(os.getpid()).to_json(),
+    }
+    messages = transport.stream(request, cancel=cancel)
+    assert next(messages) == {"line": "only line"}
+    threading.Timer(0.3, cancel.set).start()
+    began = time.monotonic()
+    assert list(messages) == []  # nothing more, no answer owed, and no error for leaving
+    assert time.monotonic() - began < 2
