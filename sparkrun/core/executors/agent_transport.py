@@ -27,7 +27,13 @@ from sparkrun.errors import HostError
 __all__ = ["REMOTE_COMMAND", "AgentTransport", "LocalTransport", "payload"]
 
 AGENT_MODULE = "sparkrun.core.executors.remote_agent"
-_AGENT_MODULES = ("sparkrun.core.processes", "sparkrun.core.log_tail", "sparkrun.core.readiness", AGENT_MODULE)
+_AGENT_MODULES = (
+    "sparkrun.core.processes",
+    "sparkrun.core.log_tail",
+    "sparkrun.core.readiness",
+    "sparkrun.core.digests",
+    AGENT_MODULE,
+)
 # Registers the modules sent on stdin under their own names, then lets the agent serve the request after them.
 _BOOTSTRAP = f"""\
 import json, sys, types

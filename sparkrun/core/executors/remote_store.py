@@ -18,9 +18,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from sparkrun.core.digests import hash_file
 from sparkrun.core.executors.remote_agent import AgentError, Channel, hosted, register
 
-__all__ = ["blob_file", "hash_file", "store_root"]
+__all__ = ["blob_file", "store_root"]
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _STORES = ("images", "models")
@@ -48,16 +49,6 @@ def _checked(digest: Any, size: Any) -> tuple[str, int]:
 
 def blob_file(root: Path, digest: str) -> Path:
     return root / "blobs" / "sha256" / digest.split(":", 1)[1]
-
-
-def hash_file(path: Path) -> tuple[str, int]:
-    """``sha256:<hex>`` and size of a file, read in chunks (a blob may be larger than memory)."""
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as file:
-        for chunk in iter(lambda: file.read(_CHUNK), b""):
-            digest.update(chunk)
-            size += len(chunk)
-    return f"sha256:{digest.hexdigest()}", size
 
 
 def _stamp(path: Path) -> list[int]:

@@ -7,17 +7,17 @@ unchanged model hashes nothing again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkrun.core.digests import hash_file
+
 __all__ = ["ModelFile", "check_model_name", "model_files"]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_CHUNK = 1024 * 1024
 _CACHE_LIMIT = 100_000
 
 
@@ -34,14 +34,6 @@ def check_model_name(name: str) -> str:
     if _NAME.fullmatch(name) is None:
         raise ValueError(f"model name is {name!r}; it must be 1 to 128 letters, digits, '.', '_' or '-'")
     return name
-
-
-def _hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for chunk in iter(lambda: file.read(_CHUNK), b""):
-            digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}"
 
 
 def model_files(directory: Path, cache_path: Path) -> list[ModelFile]:
@@ -62,7 +54,7 @@ def model_files(directory: Path, cache_path: Path) -> list[ModelFile]:
         info = real.stat()
         key = f"{real}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}"
         digest = cache.get(key) if isinstance(cache.get(key), str) else None
-        fresh[key] = digest = digest or _hash(real)
+        fresh[key] = digest = digest or hash_file(real)[0]
         relative = path.relative_to(root).as_posix()
         found.append(ModelFile(relative, digest, info.st_size, info.st_mode & 0o777, real))
     if not found:
